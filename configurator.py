@@ -1,0 +1,147 @@
+"""
+Command-line overrides for the module-level settings of a script.
+
+A script defines its settings as plain globals with defaults, then hands them over:
+
+    config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))]
+    from configurator import configure
+    configure(globals(), config_keys, doc=__doc__)
+
+and is run as
+
+    python train.py config/x.py --key=value --key value --some_bool_flag
+
+Arguments are applied left to right, so a later one wins:
+- a path (no leading --) is a python config file; its plain values (int, float, bool, str,
+  None) whose names do not start with _ override the settings; imports and helpers are ignored
+- --key=value or --key value overrides one setting; the text is parsed by the type of the
+  default (a str stays as typed, a None default goes through ast.literal_eval)
+- --key alone sets a bool setting to True
+- --help or -h lists every setting with its default and exits
+
+A mistake (unknown key, bad value, missing file) stops the script with one line on stderr.
+"""
+import ast
+import difflib
+import os
+import sys
+
+PLAIN_TYPES = (int, float, bool, str, type(None))
+TRUE_WORDS = {'true', '1', 'yes'}
+FALSE_WORDS = {'false', '0', 'no'}
+
+
+def configure(namespace, keys, argv=None, doc=None):
+    """Apply the overrides in argv (default sys.argv[1:]) to namespace; return {key: new value}.
+
+    Types are checked against the defaults and namespace is only updated once every argument
+    is valid, so a mistake leaves the settings untouched.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if '--help' in args or '-h' in args:
+        print_help(namespace, keys, doc)
+        raise SystemExit(0)
+    overrides = {}
+    while args:
+        arg = args.pop(0)
+        if not arg.startswith('--'):
+            for key, value in read_config_file(arg).items():
+                check_key(key, keys, where=f' in {arg}')
+                overrides[key] = check_value(f'{key} in {arg}', value, namespace[key])
+            continue
+        key, has_value, text = arg[2:].partition('=')
+        check_key(key, keys)
+        if not has_value:
+            if args and not args[0].startswith('--'):
+                text = args.pop(0)  # --key value
+            elif isinstance(namespace[key], bool):
+                text = 'true'  # --flag alone switches a bool on
+            else:
+                raise SystemExit(f'error: --{key} needs a value')
+        overrides[key] = parse_text(key, text, namespace[key])
+    for key, value in overrides.items():
+        print(f'override: {key} = {value!r}')
+    namespace.update(overrides)
+    return overrides
+
+
+def read_config_file(path):
+    """Run a python config file and return its plain public values by name."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: config file '{path}' not found")
+    with open(path) as f:
+        scope = {'__file__': path}
+        exec(compile(f.read(), path, 'exec'), scope)
+    return {k: v for k, v in scope.items() if not k.startswith('_') and isinstance(v, PLAIN_TYPES)}
+
+
+def check_key(key, keys, where=''):
+    if key in keys:
+        return
+    close = difflib.get_close_matches(key, keys, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else 'run with --help to list the keys'
+    raise SystemExit(f"error: unknown config key '{key}'{where} ({hint})")
+
+
+def parse_text(key, text, default):
+    """Turn command-line text into a value of the same type as the default."""
+    if isinstance(default, bool):  # before int: bool is a subclass of int
+        word = text.lower()
+        if word not in TRUE_WORDS | FALSE_WORDS:
+            raise SystemExit(f'error: --{key} expects a bool (true/false), got {text!r}')
+        return word in TRUE_WORDS
+    if isinstance(default, int):
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            number = float(text)  # scientific notation such as 2e5 is handy for iteration counts
+        except ValueError:
+            number = None
+        if number is None or not number.is_integer():
+            raise SystemExit(f'error: --{key} expects an int, got {text!r}')
+        return int(number)
+    if isinstance(default, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise SystemExit(f'error: --{key} expects a float, got {text!r}') from None
+    if isinstance(default, str):
+        return text
+    try:  # a None default says nothing about the type, so take a python literal if it is one
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def check_value(name, value, default):
+    """Check a python value from a config file against the type of the default."""
+    if default is None:
+        return value
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise SystemExit(f'error: {name} expects {article(type(default).__name__)}, got {value!r}')
+    return value
+
+
+def article(type_name):
+    return f'an {type_name}' if type_name == 'int' else f'a {type_name}'
+
+
+def print_help(namespace, keys, doc):
+    if doc:
+        print(doc.strip())
+        print()
+    print('settings and their defaults (override with a config file, --key=value or --key value):')
+    width = max((len(k) for k in keys), default=0)
+    for key in keys:
+        print(f'  --{key:<{width}} = {namespace[key]!r}')

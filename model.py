@@ -1,0 +1,322 @@
+"""
+Any-Order GPT (AO-GPT), the whole model in one file.
+
+A causal decoder that reads a sequence in a permuted order: slot 0 is a learned start token and
+slot j+1 holds token x[order[j]] with the position embedding of order[j]. Slot j is told, through
+adaLN, which position it must predict (order[j]), so with causal attention slot j predicts
+x[order[j]] from x[order[0..j-1]]. Trained over uniformly random orders this is an any-order
+autoregressive model, i.e. a masked diffusion model; with the identity order it is a plain GPT.
+
+References: Xue et al., "Any-Order GPT as Masked Diffusion Model: Decoupling Formulation and
+Architecture" (arXiv 2506.19935); Karpathy's nanoGPT for the overall shape.
+Parameter names follow the authors' code, so their released state dicts load as they are.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+ORDER_MODES = ('mixed', 'l2r', 'random', 'fixed_random', 'block_random')
+TARGET_INJECTIONS = ('adaln', 'add')
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    cond_dim: int = 128  # width of the target-position embedding fed to adaLN
+    dropout: float = 0.0
+    bias: bool = True  # biases in the attention and MLP Linears, as in GPT-2
+    target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (sigma-GPT style ablation)
+
+    def __post_init__(self):
+        if self.target_injection not in TARGET_INJECTIONS:
+            raise ValueError(f"target_injection must be one of {TARGET_INJECTIONS}, got {self.target_injection!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+
+
+def modulate(x, shift, scale):
+    return x * (1 + scale) + shift
+
+
+class KVCache:
+    """Keys and values of the slots decoded so far, per layer, in buffers allocated once.
+
+    A forward with a cache writes the keys and values of all its new slots after the `length`
+    committed ones; `commit(n)` then keeps the first n of them. Slots written but not committed
+    (e.g. extra copies that only served as queries) are overwritten by the next forward.
+    """
+
+    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
+        shape = (config.n_layer, batch_size, config.n_head, max_slots, config.n_embd // config.n_head)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def update(self, layer, k, v):
+        end = self.length + k.size(2)
+        if end > self.k.size(3):
+            raise ValueError(f'KV cache overflow: {end} slots needed, {self.k.size(3)} allocated')
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def commit(self, n):
+        self.length += n
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+        head_size = config.n_embd // config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.q_norm = RMSNorm(head_size)  # QK-norm keeps attention logits bounded
+        self.k_norm = RMSNorm(head_size)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, cache=None, attn_mask=None):
+        B, S, C = x.size()
+        q, k, v = self.c_attn(x).view(B, S, 3, self.n_head, C // self.n_head).unbind(2)
+        q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, S, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.ln_1 = RMSNorm(config.n_embd)
+        self.attn = CausalSelfAttention(config, layer_idx)
+        self.ln_2 = RMSNorm(config.n_embd)
+        self.mlp = MLP(config)
+        # shift, scale, gate for attention and for the MLP, from the slot's target position
+        self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 6 * config.n_embd)) \
+            if config.target_injection == 'adaln' else None
+
+    def forward(self, x, c, cache=None, attn_mask=None):
+        if self.adaLN is None:  # 'add' injection: a plain pre-norm block
+            x = x + self.attn(self.ln_1(x), cache, attn_mask)
+            return x + self.mlp(self.ln_2(x))
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN(c).chunk(6, dim=-1)
+        x = x + gate1 * self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask)
+        return x + gate2 * self.mlp(modulate(self.ln_2(x), shift2, scale2))
+
+
+class FinalLayer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_f = RMSNorm(config.n_embd)
+        self.adaLN_final = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 2 * config.n_embd)) \
+            if config.target_injection == 'adaln' else None
+
+    def forward(self, x, c):
+        if self.adaLN_final is None:
+            return self.ln_f(x)
+        shift, scale = self.adaLN_final(c).chunk(2, dim=-1)
+        return modulate(self.ln_f(x), shift, scale)
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        target_width = config.cond_dim if config.target_injection == 'adaln' else config.n_embd
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size + 1, config.n_embd),  # row 0: the start slot
+            wtpe=nn.Embedding(config.block_size, target_width),  # target-position embedding
+            wnonee=nn.Embedding(1, config.n_embd),  # the start token ("[None]")
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
+            final_layer=FinalLayer(config),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=True)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith('c_proj.weight'):  # residual projections, scaled as in GPT-2
+                std = 0.02 / math.sqrt(2 * config.n_layer)
+                nn.init.trunc_normal_(p, std=std, a=-3 * std, b=3 * std)
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.trunc_normal_(module.weight, std=0.02, a=-0.06, b=0.06)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, x, order, reduction='mean'):
+        """Read tokens x (B, T) in `order` (B, T); return logits (B, T+1, V) and the loss.
+
+        logits[:, j] (j < T) predicts x[order[j]] from x[order[:j]]; the last slot has no target.
+        The loss is the cross-entropy of slots 0..T-1, averaged, or per token (B, T) in decoding
+        order with reduction='none'.
+        """
+        B, T = x.size()
+        if T > self.config.block_size:
+            raise ValueError(f'sequence of length {T} is longer than block_size {self.config.block_size}')
+        targets = x.gather(1, order)
+        none = torch.full((B, 1), -1, dtype=order.dtype, device=order.device)
+        tokens = torch.cat([torch.zeros_like(none), targets], dim=1)
+        logits = self.forward_slots(tokens, torch.cat([none, order], 1), torch.cat([order, none], 1))
+        loss = F.cross_entropy(logits[:, :T].flatten(0, 1).float(), targets.flatten(), reduction='none')
+        loss = loss.view(B, T)
+        return logits, (loss.mean() if reduction == 'mean' else loss)
+
+    def forward_slots(self, tokens, positions, targets, cache=None, attn_mask=None):
+        """The general forward over explicit slots, for training, cached sampling and evaluation.
+
+        tokens, positions, targets: (B, S). A slot holds `tokens` at original position `positions`
+        (-1 marks the start slot, whose token is ignored) and predicts position `targets` (-1: no
+        target, zero condition). With a KVCache the slots also attend to the cached ones.
+        attn_mask: bool, broadcastable to (B, n_head, S, cache.length + S), True where a slot may
+        attend; default causal (all cached slots, then the new slots in order).
+        Returns logits (B, S, V).
+        """
+        wt = self.transformer
+        is_start = (positions < 0).unsqueeze(-1)
+        h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens)) + wt.wpe(positions + 1)
+        c = wt.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
+        if self.config.target_injection == 'add':
+            h = h + c
+        h = wt.drop(h)
+        if cache is not None and attn_mask is None:
+            S = tokens.size(1)
+            attn_mask = torch.ones(S, cache.length + S, dtype=torch.bool, device=h.device).tril(cache.length)
+        for block in wt.h:
+            h = block(h, c, cache, attn_mask)
+        return self.lm_head(wt.final_layer(h, c))
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # matrices and embeddings decay; biases and norm weights do not
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {'params': [p for p in params if p.dim() >= 2], 'weight_decay': weight_decay},
+            {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == 'cuda')
+
+    def estimate_mfu(self, tokens_per_second, peak_flops):
+        """Model flops utilization: achieved training flops over `peak_flops` (PaLM appendix B)."""
+        cfg = self.config
+        flops_per_token = 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
+        return flops_per_token * tokens_per_second / peak_flops
+
+
+# -----------------------------------------------------------------------------
+# orders
+
+def make_fixed_order(mode, block_size, order_block, generator=None):
+    """The one order used for a whole run by 'fixed_random' and 'block_random', else None."""
+    if mode == 'fixed_random':
+        return torch.randperm(block_size, generator=generator)
+    if mode == 'block_random':
+        # random within consecutive blocks of order_block tokens, blocks left to right
+        key = torch.arange(block_size) // order_block + torch.rand(block_size, generator=generator, dtype=torch.float64)
+        return key.argsort()
+    return None
+
+
+def sample_orders(mode, batch_size, seq_len, generator=None, random_ratio=0.9, fixed_order=None):
+    """One order (a permutation of 0..seq_len-1) per row, (batch_size, seq_len), on the CPU."""
+    identity = torch.arange(seq_len).expand(batch_size, seq_len)
+    if mode == 'l2r':
+        return identity.clone()
+    if mode in ('fixed_random', 'block_random'):
+        return fixed_order[:seq_len].expand(batch_size, seq_len).clone()
+    # argsort of i.i.d. uniforms is a uniform permutation; float64 makes ties vanishingly rare
+    random = torch.rand(batch_size, seq_len, generator=generator, dtype=torch.float64).argsort(dim=1)
+    if mode == 'random':
+        return random
+    if mode != 'mixed':
+        raise ValueError(f'unknown order mode {mode!r}, expected one of {ORDER_MODES}')
+    l2r_rows = torch.rand(batch_size, 1, generator=generator) >= random_ratio
+    return torch.where(l2r_rows, identity, random)
+
+
+# -----------------------------------------------------------------------------
+# EMA of the weights
+
+def make_ema(model, decay):
+    """EMA with the warm-up rule decay_n = min(decay, (1 + n) / (10 + n)) at the n-th update.
+
+    The average starts from the current weights (update 0 copies them), like the authors' EMA.
+    """
+    def ema_update(averaged, current, n):
+        d = torch.clamp((1.0 + n) / (10.0 + n), max=decay)
+        torch._foreach_lerp_(averaged, current, 1.0 - d)
+
+    ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=ema_update)
+    ema.update_parameters(model)
+    return ema
+
+
+# -----------------------------------------------------------------------------
+# checkpoints
+
+def reference_state_dict(checkpoint, use_ema=True):
+    """A state dict for GPT from a checkpoint of the authors' trainer (EMA weights by default).
+
+    Their EMA keeps `shadow_params` as a list in parameter order, which is the key order of
+    their `model` state dict; their compiled runs prefix keys with `_orig_mod.`.
+    """
+    raw = {k.removeprefix('_orig_mod.'): v for k, v in checkpoint['model'].items()}
+    if not use_ema:
+        return raw
+    shadow = checkpoint['ema_model']['shadow_params']
+    if len(shadow) != len(raw):
+        raise ValueError(f'EMA holds {len(shadow)} tensors but the model has {len(raw)} parameters')
+    return dict(zip(raw.keys(), shadow))
+
+
+def load_checkpoint(path, device='cpu', use_ema=True):
+    """A GPT (eval mode) from one of our checkpoints or one of the authors' released ones."""
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise SystemExit(f'error: checkpoint {path} not found')
+    if 'ema_model' in checkpoint:  # the authors' format
+        state = reference_state_dict(checkpoint, use_ema)
+    else:
+        state = checkpoint['ema'] if use_ema else checkpoint['model']
+    model = GPT(GPTConfig(**checkpoint['model_args']))
+    model.load_state_dict(state)
+    return model.to(device).eval(), checkpoint

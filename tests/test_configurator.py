@@ -1,0 +1,181 @@
+"""Tests for configurator.configure: flags, config files, type checks, errors and --help."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from configurator import configure
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULTS = dict(out_dir='out', learning_rate=6e-4, max_iters=5000, compile=True, init_from=None)
+
+
+def run(*argv):
+    """Configure a fresh copy of the defaults; return (namespace, changed keys)."""
+    namespace = dict(DEFAULTS)
+    changed = configure(namespace, list(DEFAULTS), argv=list(argv))
+    return namespace, changed
+
+
+def error_of(*argv):
+    with pytest.raises(SystemExit) as exc:
+        run(*argv)
+    message = str(exc.value.code)
+    assert message.startswith('error: ')
+    return message
+
+
+def write(tmp_path, name, source):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return str(path)
+
+
+def test_equals_and_space_forms():
+    ns, _ = run('--max_iters=10', '--out_dir', 'runs/a')
+    assert ns['max_iters'] == 10 and ns['out_dir'] == 'runs/a'
+
+
+def test_no_arguments_changes_nothing():
+    ns, changed = run()
+    assert ns == DEFAULTS and changed == {}
+
+
+@pytest.mark.parametrize('text, expected', [('False', False), ('true', True), ('0', False),
+                                            ('YES', True), ('no', False)])
+def test_bool_words(text, expected):
+    assert run(f'--compile={text}')[0]['compile'] is expected
+
+
+def test_bool_flag_alone_means_true():
+    namespace = dict(DEFAULTS, compile=False)
+    configure(namespace, list(DEFAULTS), argv=['--compile', '--max_iters=3'])
+    assert namespace['compile'] is True and namespace['max_iters'] == 3
+    configure(namespace, list(DEFAULTS), argv=['--compile=false', '--compile'])
+    assert namespace['compile'] is True
+
+
+def test_bad_bool_is_an_error():
+    assert 'compile' in error_of('--compile=maybe')
+
+
+def test_non_bool_flag_alone_needs_a_value():
+    assert error_of('--max_iters') == 'error: --max_iters needs a value'
+    assert error_of('--max_iters', '--compile') == 'error: --max_iters needs a value'
+
+
+def test_values_follow_the_type_of_the_default():
+    ns, _ = run('--out_dir=123', '--learning_rate=1', '--max_iters=2e3', '--init_from=[1, 2]')
+    assert ns['out_dir'] == '123'
+    assert ns['learning_rate'] == 1.0 and isinstance(ns['learning_rate'], float)
+    assert ns['max_iters'] == 2000 and isinstance(ns['max_iters'], int)
+    assert ns['init_from'] == [1, 2]
+    assert run('--max_iters=1_000')[0]['max_iters'] == 1000
+    assert run('--init_from=gpt2')[0]['init_from'] == 'gpt2'  # not a literal: kept as text
+
+
+@pytest.mark.parametrize('arg, message', [
+    ('--max_iters=abc', "error: --max_iters expects an int, got 'abc'"),
+    ('--max_iters=2.5', "error: --max_iters expects an int, got '2.5'"),
+    ('--learning_rate=fast', "error: --learning_rate expects a float, got 'fast'"),
+])
+def test_bad_numbers_are_errors(arg, message):
+    assert error_of(arg) == message
+
+
+def test_unknown_key_suggests_the_closest():
+    message = error_of('--lerning_rate=1e-3')
+    assert "unknown config key 'lerning_rate'" in message
+    assert "did you mean 'learning_rate'" in message
+    assert '--help' in error_of('--zzz=1')
+
+
+def test_errors_leave_the_namespace_untouched():
+    namespace = dict(DEFAULTS)
+    with pytest.raises(SystemExit):
+        configure(namespace, list(DEFAULTS), argv=['--max_iters=7', '--nope=1'])
+    assert namespace == DEFAULTS
+
+
+def test_config_file_then_flag_wins(tmp_path):
+    path = write(tmp_path, 'cfg.py', """
+        import math
+        max_iters = 100
+        learning_rate = 1  # int is fine for a float setting
+        out_dir = 'from_file'
+        _private = 'ignored'
+
+        def warmup(n):  # helpers and modules are ignored
+            return math.ceil(n / 10)
+
+        class Helper:
+            pass
+
+        compile = warmup(max_iters) > 5
+    """)
+    ns, changed = run(path, '--max_iters=7')
+    assert ns['max_iters'] == 7 and ns['out_dir'] == 'from_file' and ns['compile'] is True
+    assert ns['learning_rate'] == 1.0 and isinstance(ns['learning_rate'], float)
+    assert run('--max_iters=7', path)[0]['max_iters'] == 100  # left to right: the file wins here
+    assert changed == {'max_iters': 7, 'learning_rate': 1.0, 'out_dir': 'from_file', 'compile': True}
+
+
+def test_config_file_with_unknown_key_is_an_error(tmp_path):
+    path = write(tmp_path, 'cfg.py', 'lerning_rate = 1e-3\n')
+    message = error_of(path)
+    assert "unknown config key 'lerning_rate'" in message and path in message
+    assert "did you mean 'learning_rate'" in message
+
+
+def test_config_file_with_wrong_type_is_an_error(tmp_path):
+    assert 'max_iters' in error_of(write(tmp_path, 'a.py', 'max_iters = 2.5\n'))
+    assert 'max_iters' in error_of(write(tmp_path, 'b.py', 'max_iters = True\n'))
+    assert 'compile' in error_of(write(tmp_path, 'c.py', 'compile = 1\n'))
+
+
+def test_missing_config_file():
+    assert error_of('config/nope.py') == "error: config file 'config/nope.py' not found"
+
+
+def test_return_value_holds_only_changed_keys(capsys):
+    _, changed = run('--compile=False', '--learning_rate', '3e-4', '--compile=no')
+    assert changed == {'compile': False, 'learning_rate': 3e-4}
+    assert capsys.readouterr().out == 'override: compile = False\noverride: learning_rate = 0.0003\n'
+
+
+@pytest.mark.parametrize('flag', ['--help', '-h'])
+def test_help_lists_every_key_and_default(flag, capsys):
+    namespace = dict(DEFAULTS)
+    with pytest.raises(SystemExit) as exc:
+        configure(namespace, list(DEFAULTS), argv=['--max_iters=1', flag], doc='\n  Train a model.\n')
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith('Train a model.\n\n')
+    assert '  --learning_rate = 0.0006' in out
+    assert "  --out_dir       = 'out'" in out
+    for key, value in DEFAULTS.items():
+        assert f'--{key}' in out and repr(value) in out
+    assert namespace == DEFAULTS
+
+
+def test_script_with_bad_key_exits_with_one_line(tmp_path):
+    script = write(tmp_path, 'script.py', f"""
+        \"\"\"A tiny script.\"\"\"
+        import sys
+        sys.path.insert(0, {ROOT!r})
+        max_iters = 10
+        learning_rate = 6e-4
+        config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))]
+        from configurator import configure
+        configure(globals(), config_keys, doc=__doc__)
+        config = {{k: globals()[k] for k in config_keys}}
+        print(config)
+    """)
+    ok = subprocess.run([sys.executable, script, '--max_iters', '3'], capture_output=True, text=True)
+    assert ok.returncode == 0 and "'max_iters': 3" in ok.stdout
+    bad = subprocess.run([sys.executable, script, '--lerning_rate=1'], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith('error:') and bad.stderr.count('\n') == 1
+    assert 'Traceback' not in bad.stderr

@@ -1,0 +1,51 @@
+"""Data preparation: the shakespeare_char script end to end, the openwebtext tokenize-and-write path on local text."""
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import tiktoken
+from datasets import load_dataset
+
+from conftest import ROOT, shared_path
+from data.openwebtext.prepare import split_val, tokenize, write_bins
+
+
+def test_shakespeare_char(tmp_path):
+    folder = tmp_path / 'shakespeare_char'
+    folder.mkdir()
+    script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
+    shutil.copy(shared_path('data', 'tinyshakespeare', 'input.txt'), folder / 'input.txt')
+    subprocess.run([sys.executable, script], check=True)
+
+    with open(folder / 'meta.pkl', 'rb') as f:
+        meta = pickle.load(f)
+    assert meta['vocab_size'] == 65
+    assert len(meta['itos']) == len(meta['stoi']) == 65
+    assert all(meta['stoi'][ch] == i for i, ch in meta['itos'].items())
+
+    train = np.fromfile(folder / 'train.bin', dtype=np.uint16)
+    val = np.fromfile(folder / 'val.bin', dtype=np.uint16)
+    assert len(train) + len(val) == 1115394
+    assert abs(len(val) / 1115394 - 0.1) < 1e-3
+    assert ''.join(meta['itos'][int(i)] for i in train[:14]) == 'First Citizen:'
+
+
+def test_openwebtext_tokenize_and_write(tmp_path):
+    path = shared_path('data', 'webtext', 'webtext.valid.jsonl')
+    docs = load_dataset('json', data_files=path, split='train', cache_dir=str(tmp_path / 'hf')).select(range(200))
+    splits = split_val(docs)
+    assert set(splits) == {'train', 'val'} and len(splits['train']) + len(splits['val']) == 200
+
+    # 7 shards: uneven multi-document shards for train, and fewer documents than shards for val
+    counts = write_bins(tokenize(splits, num_proc=2), tmp_path, shards=7)
+
+    enc = tiktoken.get_encoding('gpt2')
+    for split, dset in splits.items():
+        # expected ids computed independently: every document's tokens, then end-of-text, in order
+        expected = [t for text in dset['text'] for t in enc.encode_ordinary(text) + [50256]]
+        ids = np.memmap(tmp_path / f'{split}.bin', dtype=np.uint16, mode='r')
+        assert counts[split] == len(expected)
+        assert ids.tolist() == expected

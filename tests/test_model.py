@@ -1,0 +1,230 @@
+"""Model tests: parity with the authors' code, an independent slow forward, causality, orders, EMA, KV cache."""
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from conftest import shared_path
+from model import (GPT, GPTConfig, KVCache, load_checkpoint, make_ema, make_fixed_order,
+                   reference_state_dict, sample_orders)
+
+
+@pytest.fixture(scope='module')
+def fixture():
+    return torch.load(shared_path('fixtures', 'reference_parity_small.pt'), weights_only=True)
+
+
+def reference_model(fixture, use_ema=True):
+    model = GPT(GPTConfig(**fixture['model_args']))
+    model.load_state_dict(reference_state_dict(fixture, use_ema))
+    return model.eval()
+
+
+def tiny_model(seed=0, **kw):
+    torch.manual_seed(seed)
+    args = dict(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | kw
+    model = GPT(GPTConfig(**args)).eval()
+    with torch.no_grad():  # random (not the init's small) norm weights and biases, so every path matters
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize('weights', ['ema', 'model'])
+def test_parity_with_authors_code(fixture, weights):
+    model = reference_model(fixture, weights == 'ema')
+    with torch.no_grad():
+        logits, loss = model(fixture['inputs'], fixture['orders'], reduction='none')
+    torch.testing.assert_close(logits, fixture[f'expected_logits_{weights}'], atol=1e-4, rtol=0)
+    torch.testing.assert_close(loss, fixture[f'expected_loss_{weights}'], atol=1e-4, rtol=0)
+
+
+def test_load_authors_checkpoint_file(fixture, tmp_path):
+    # a compiled run of their trainer prefixes keys with _orig_mod.
+    ckpt = dict(fixture, model={'_orig_mod.' + k: v for k, v in fixture['model'].items()})
+    torch.save(ckpt, tmp_path / 'ref.pt')
+    for use_ema, name in [(True, 'ema'), (False, 'model')]:
+        model, _ = load_checkpoint(tmp_path / 'ref.pt', use_ema=use_ema)
+        with torch.no_grad():
+            logits, _ = model(fixture['inputs'], fixture['orders'])
+        torch.testing.assert_close(logits, fixture[f'expected_logits_{name}'], atol=1e-4, rtol=0)
+
+
+def slow_forward(model, x, order):
+    """The AO-GPT forward written out slot by slot with explicit attention loops (one row)."""
+    cfg, p = model.config, dict(model.named_parameters())
+    T, C, nh = x.numel(), cfg.n_embd, cfg.n_head
+    hs = C // nh
+    rms = lambda v, w: v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * w
+    lin = lambda v, name: v @ p[name + '.weight'].T + (p[name + '.bias'] if name + '.bias' in p else 0)
+    gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
+    rows = [p['transformer.wnonee.weight'][0] + p['transformer.wpe.weight'][0]]
+    rows += [p['transformer.wte.weight'][x[o]] + p['transformer.wpe.weight'][o + 1] for o in order]
+    h = torch.stack(rows)
+    conds = [p['transformer.wtpe.weight'][o] for o in order] + [torch.zeros(p['transformer.wtpe.weight'].size(1))]
+    cond = torch.stack(conds)
+    silu_c = cond * torch.sigmoid(cond)
+    adaln = cfg.target_injection == 'adaln'
+    if not adaln:
+        h = h + cond
+    for layer in range(cfg.n_layer):
+        pre = f'transformer.h.{layer}.'
+        mods = lin(silu_c, pre + 'adaLN.1').chunk(6, -1) if adaln else [0, 0, 1, 0, 0, 1]
+        a = rms(h, p[pre + 'ln_1.weight']) * (1 + mods[1]) + mods[0]
+        qkv = lin(a, pre + 'attn.c_attn')
+        out = torch.zeros_like(h)
+        for head in range(nh):
+            q = rms(qkv[:, head * hs:(head + 1) * hs], p[pre + 'attn.q_norm.weight'])
+            k = rms(qkv[:, C + head * hs:C + (head + 1) * hs], p[pre + 'attn.k_norm.weight'])
+            v = qkv[:, 2 * C + head * hs:2 * C + (head + 1) * hs]
+            for i in range(T + 1):
+                w = torch.softmax(torch.stack([q[i] @ k[j] / math.sqrt(hs) for j in range(i + 1)]), 0)
+                out[i, head * hs:(head + 1) * hs] = sum(w[j] * v[j] for j in range(i + 1))
+        h = h + mods[2] * lin(out, pre + 'attn.c_proj')
+        m = rms(h, p[pre + 'ln_2.weight']) * (1 + mods[4]) + mods[3]
+        h = h + mods[5] * lin(gelu(lin(m, pre + 'mlp.c_fc')), pre + 'mlp.c_proj')
+    h = rms(h, p['transformer.final_layer.ln_f.weight'])
+    if adaln:
+        shift, scale = lin(silu_c, 'transformer.final_layer.adaLN_final.1').chunk(2, -1)
+        h = h * (1 + scale) + shift
+    return lin(h, 'lm_head')
+
+
+@pytest.mark.parametrize('injection,bias', [('adaln', True), ('adaln', False), ('add', True)])
+def test_forward_matches_slow_forward(injection, bias):
+    model = tiny_model(target_injection=injection, bias=bias)
+    x = torch.randint(0, 11, (2, 16))
+    order = sample_orders('random', 2, 16, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, loss = model(x, order, reduction='none')
+        for b in range(2):
+            torch.testing.assert_close(logits[b], slow_forward(model, x[b], order[b]), atol=1e-5, rtol=0)
+    expected = F.cross_entropy(logits[:, :16].transpose(1, 2), x.gather(1, order), reduction='none')
+    torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.parametrize('injection', ['adaln', 'add'])
+def test_causality_over_random_orders(injection):
+    model = tiny_model(target_injection=injection)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 11, (4, 16), generator=gen)
+    order = sample_orders('random', 4, 16, gen)
+    with torch.no_grad():
+        logits, _ = model(x, order)
+        for j in [0, 5, 14]:
+            # new tokens at the positions read after slot j, and those later slots reshuffled
+            x2 = x.clone()
+            later = order[:, j:]
+            x2.scatter_(1, later, torch.randint(0, 11, later.shape, generator=gen))
+            order2 = order.clone()
+            order2[:, j + 1:] = later[:, 1:].gather(1, torch.rand(later[:, 1:].shape, generator=gen).argsort(1))
+            logits2, _ = model(x2, order2)
+            torch.testing.assert_close(logits2[:, :j + 1], logits[:, :j + 1], atol=1e-6, rtol=0)
+            assert not torch.allclose(logits2[:, j + 1:-1], logits[:, j + 1:-1])
+
+
+def test_l2r_order_is_an_ordinary_causal_lm():
+    model = tiny_model()
+    x = torch.randint(0, 11, (3, 16))
+    identity = sample_orders('l2r', 3, 16)
+    with torch.no_grad():
+        logits, loss = model(x, identity)
+        # slot t predicts x[t] from x[:t] alone: running the model on a prefix changes no earlier slot
+        torch.testing.assert_close(loss, F.cross_entropy(logits[:, :16].flatten(0, 1), x.flatten()))
+        for t in [1, 7, 15]:
+            prefix_logits, _ = model(x[:, :t], identity[:, :t])
+            torch.testing.assert_close(prefix_logits[:, :t], logits[:, :t], atol=1e-6, rtol=0)
+
+
+def test_order_modes():
+    gen = torch.Generator().manual_seed(0)
+    B, T = 20000, 8
+    for mode in ['mixed', 'l2r', 'random', 'fixed_random', 'block_random']:
+        fixed = make_fixed_order(mode, T, 4, gen)
+        orders = sample_orders(mode, B, T, gen, random_ratio=0.9, fixed_order=fixed)
+        assert orders.shape == (B, T)
+        assert torch.equal(orders.sort(1).values, torch.arange(T).expand(B, T)), mode
+    identity = torch.arange(T)
+    mixed = sample_orders('mixed', B, T, gen, random_ratio=0.9)
+    l2r_fraction = (mixed == identity).all(1).float().mean().item()
+    assert abs(l2r_fraction - (0.1 + 0.9 / math.factorial(T))) < 0.01
+    random = sample_orders('random', B, T, gen)
+    assert (random == identity).all(1).float().mean() < 0.001
+    first = torch.bincount(random[:, 0], minlength=T).float() / B  # uniform over positions
+    assert (first - 1 / T).abs().max() < 0.015
+    assert (sample_orders('l2r', 5, T) == identity).all()
+    fixed = make_fixed_order('fixed_random', 64, 4, gen)
+    assert not torch.equal(fixed, torch.arange(64))
+    assert (sample_orders('fixed_random', 3, 64, gen, fixed_order=fixed) == fixed).all()
+    block = make_fixed_order('block_random', 64, 16, gen)
+    for start in range(0, 64, 16):  # each block is a shuffle of its own positions
+        assert torch.equal(block[start:start + 16].sort().values, torch.arange(start, start + 16))
+    assert not torch.equal(block, torch.arange(64))
+
+
+def test_ema_update_rule():
+    model = tiny_model()
+    ema = make_ema(model, decay=0.5)
+    expected = [p.detach().clone() for p in model.parameters()]
+    for n in range(1, 6):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        ema.update_parameters(model)
+        d = min(0.5, (1 + n) / (10 + n))
+        expected = [d * e + (1 - d) * p.detach() for e, p in zip(expected, model.parameters())]
+    for e, p in zip(expected, ema.module.parameters()):
+        torch.testing.assert_close(p, e)
+
+
+def test_kv_cache_one_slot_at_a_time_matches_full_forward():
+    model = tiny_model()
+    x = torch.randint(0, 11, (2, 16))
+    order = sample_orders('random', 2, 16, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full, _ = model(x, order)
+        none = torch.full((2, 1), -1)
+        tokens = torch.cat([torch.zeros_like(none), x.gather(1, order)], 1)
+        positions, targets = torch.cat([none, order], 1), torch.cat([order, none], 1)
+        cache = KVCache(model.config, 2, 17)
+        for start, stop in [(0, 1), (1, 5), (5, 6), (6, 17)]:  # chunks of slots, causal within
+            logits = model.forward_slots(tokens[:, start:stop], positions[:, start:stop],
+                                         targets[:, start:stop], cache)
+            cache.commit(stop - start)
+            torch.testing.assert_close(logits, full[:, start:stop], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match='KV cache overflow'):
+        model.forward_slots(tokens[:, :1], positions[:, :1], targets[:, :1], cache)
+
+
+def test_kv_cache_reproduces_authors_cached_decoding(fixture):
+    """Teacher-forced any-order decoding with several targets per step, as the authors' sampler does.
+
+    A step with targets o[c..c+s-1] feeds the tokens decoded in the previous step (each with the
+    next target in the order) plus s-1 copies of the last one (targets o[c+1..]); a copy attends
+    to the cache, the step's earlier slots and itself, and only the original slots are cached.
+    """
+    model = reference_model(fixture)
+    for gen in fixture['generation']:
+        orders, tokens = gen['sampling_orders'], gen['tokens']
+        B, T = tokens.shape
+        cache = KVCache(model.config, B, T + 1)
+        logits = torch.zeros(B, T, model.config.vocab_size)
+        done = prev = 0
+        for s in gen['step_sizes'].tolist():
+            if done == 0:
+                pos = torch.full((B, 1), -1)
+            else:
+                pos = orders[:, prev:done]
+            n = pos.size(1)
+            pos = torch.cat([pos, pos[:, -1:].expand(B, s - 1)], 1)
+            tok = tokens.gather(1, pos.clamp(min=0))
+            tgt = orders[:, done - n + 1:done + s]
+            S, L = n + s - 1, cache.length
+            mask = torch.ones(S, L + S, dtype=torch.bool).tril(L)
+            mask[n:, L + n - 1:] = torch.eye(S, dtype=torch.bool)[n:, n - 1:]
+            with torch.no_grad():
+                logits[:, done:done + s] = model.forward_slots(tok, pos, tgt, cache, mask)[:, n - 1:]
+            cache.commit(n)
+            prev, done = done, done + s
+        torch.testing.assert_close(logits, gen['logits'], atol=1e-4, rtol=0, msg=gen['name'])
