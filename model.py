@@ -52,7 +52,7 @@ class RMSNorm(nn.Module):
 
 
 def modulate(x, shift, scale):
-    return x * (1 + scale) + shift
+    return torch.addcmul(shift, x, 1 + scale)
 
 
 class KVCache:
@@ -134,8 +134,8 @@ class Block(nn.Module):
             x = x + self.attn(self.ln_1(x), cache, attn_mask)
             return x + self.mlp(self.ln_2(x))
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN(c).chunk(6, dim=-1)
-        x = x + gate1 * self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask)
-        return x + gate2 * self.mlp(modulate(self.ln_2(x), shift2, scale2))
+        x = torch.addcmul(x, gate1, self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask))
+        return torch.addcmul(x, gate2, self.mlp(modulate(self.ln_2(x), shift2, scale2)))
 
 
 class FinalLayer(nn.Module):

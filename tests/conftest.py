@@ -1,5 +1,7 @@
 """Shared test setup: offline environment, paths to the repo and to ../shared."""
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -21,3 +23,29 @@ def shared_path(*parts):
     if not os.path.exists(path):
         pytest.fail(f'missing {path}: the tests need the shared/ folder next to the checkout')
     return path
+
+
+@pytest.fixture(scope='session')
+def workdir(tmp_path_factory):
+    """A folder laid out like the repo's root for data: data/shakespeare_char prepared from the shared copy.
+
+    Scripts run with this as their working directory, so their data/ and out_dir paths resolve here.
+    """
+    root = tmp_path_factory.mktemp('work')
+    folder = root / 'data' / 'shakespeare_char'
+    folder.mkdir(parents=True)
+    script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
+    shutil.copy(shared_path('data', 'tinyshakespeare', 'input.txt'), folder / 'input.txt')
+    subprocess.run([sys.executable, script], check=True, capture_output=True)
+    return root
+
+
+def run_script(script, *args, cwd, check=True, nproc=None):
+    """Run one of the repo's scripts (or torchrun on it) in cwd; return the CompletedProcess."""
+    path = os.path.join(ROOT, script)
+    cmd = [sys.executable, path] if nproc is None else \
+        [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', path]
+    result = subprocess.run(cmd + list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        pytest.fail(f'{script} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}')
+    return result

@@ -1,25 +1,16 @@
 """Data preparation: the shakespeare_char script end to end, the openwebtext tokenize-and-write path on local text."""
-import os
 import pickle
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import tiktoken
 from datasets import load_dataset
 
-from conftest import ROOT, shared_path
+from conftest import shared_path
 from data.openwebtext.prepare import split_val, tokenize, write_bins
 
 
-def test_shakespeare_char(tmp_path):
-    folder = tmp_path / 'shakespeare_char'
-    folder.mkdir()
-    script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
-    shutil.copy(shared_path('data', 'tinyshakespeare', 'input.txt'), folder / 'input.txt')
-    subprocess.run([sys.executable, script], check=True)
-
+def test_shakespeare_char(workdir):
+    folder = workdir / 'data' / 'shakespeare_char'  # prepared by the conftest fixture from the shared copy
     with open(folder / 'meta.pkl', 'rb') as f:
         meta = pickle.load(f)
     assert meta['vocab_size'] == 65
