@@ -25,9 +25,9 @@ n_head = 4
 n_embd = 128
 cond_dim = 64
 block_size = 256
-batch_size = 8
+batch_size = 4
 vocab_size = 50304
-steps = 5  # timed training steps per round
+steps = 4  # timed training steps per round
 rounds = 5
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 from configurator import configure  # noqa: E402

@@ -126,8 +126,11 @@ ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device
 # data: uint16 token memmaps; a sequence is block_size tokens read in a sampled order
 data_dir = os.path.join('data', dataset)
 for split in ('train', 'val'):
-    if not os.path.exists(os.path.join(data_dir, f'{split}.bin')):
-        fail(f'{os.path.join(data_dir, split + ".bin")} not found: run python data/{dataset}/prepare.py first')
+    path = os.path.join(data_dir, f'{split}.bin')
+    if not os.path.exists(path):
+        fail(f'{path} not found: run python data/{dataset}/prepare.py first')
+    if os.path.getsize(path) // 2 <= block_size:
+        fail(f'{path} holds fewer than block_size={block_size} tokens: use a smaller --block_size')
 
 
 def get_batch(split, order_mode, generator=None):
@@ -157,25 +160,30 @@ if os.path.exists(meta_path):
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_injection=target_injection)
 iter_num = 0
+resumed_at = None
 checkpoint = None
 fixed_order = make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
 torch.manual_seed(seed)  # the same initial weights on every process and every run
 if init_from == 'scratch':
-    model = GPT(GPTConfig(**model_args))
+    try:
+        model = GPT(GPTConfig(**model_args))
+    except ValueError as e:
+        fail(e)
 elif init_from == 'resume':
     checkpoint = torch.load(os.path.join(out_dir, 'ckpt.pt'), map_location='cpu', weights_only=True)
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's, whatever the flags say
     model = GPT(GPTConfig(**model_args))
     model.load_state_dict(checkpoint['model'])
     iter_num = checkpoint['iter_num']
+    resumed_at = iter_num  # already evaluated and saved there
     fixed_order = checkpoint['fixed_order']
 else:
     pretrained, _ = load_checkpoint(init_from)  # its EMA weights; the architecture is the checkpoint's
     model_args = {k: getattr(pretrained.config, k) for k in model_args} | {'dropout': dropout}
-    if block_size > model_args['block_size']:
-        fail(f"--block_size={block_size} is longer than the checkpoint's block_size {model_args['block_size']}")
     model = GPT(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
+if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
+    fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size})')
 if model.config.vocab_size < vocab_size:
     fail(f'the model has {model.config.vocab_size} tokens but {dataset} needs {vocab_size}')
 model.to(device)
@@ -267,7 +275,8 @@ while True:
     for group in optimizer.param_groups:
         group['lr'] = lr
 
-    if master_process and (iter_num % eval_interval == 0 or iter_num == max_iters or eval_only):
+    evaluate_now = (iter_num % eval_interval == 0 or iter_num == max_iters) and iter_num != resumed_at
+    if master_process and (evaluate_now or eval_only):
         losses = estimate_losses()
         print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
               f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}")

@@ -95,6 +95,8 @@ def test_init_from_authors_checkpoint(workdir):
     (['--order=sideways'], '--order must be one of'),
     (['--init_from=resume', '--out_dir=missing'], 'does not exist'),
     (['--lerning_rate=1'], "did you mean 'learning_rate'"),
+    (['--n_head=3'], 'must be divisible by n_head'),
+    (['--block_size=200000'], 'use a smaller --block_size'),
 ])
 def test_bad_input_is_one_line(workdir, args, message):
     out = run_script('train.py', *TINY, *args, cwd=workdir, check=False)
