@@ -8,13 +8,24 @@ Speed figures as ratios, measured side by side in one run on the same model and 
 training: tokens/s of whole training steps (order sampling, forward, backward, AdamW) with
 left-to-right orders ('l2r', a plain GPT) and with the any-order mix ('mixed', 90% random
 permutations). The modes take turns, `rounds` times, and the median round of each is reported.
+
+eval ensemble: eval_ppl.py's fast ensemble (M=8) against the authors' one full forward per
+(target, member), per block length, with how close the fast path gets to the sum of prefix lengths.
+
+sampling: sample.py's cached any-order sampler against the same model sampled encoder-style (no
+cache: every step runs the model over the whole decoded prefix), at block size `sample_block_size`
+for each of `sample_steps` (a comma list; empty skips it); then tokens/s of order=l2r vs random at
+one token per step, and the cost of order=confidence vs random at the smallest of `sample_steps`.
+The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look.
 """
+import math
 import time
 from contextlib import nullcontext
 
 import torch
 
-from model import GPT, GPTConfig, sample_orders
+from model import GPT, GPTConfig, KVCache, decode_step, sample_orders
+from sample import generate, sample_tokens, step_sizes
 
 device = 'cpu'
 dtype = 'float32'  # 'float32', 'bfloat16' or 'float16'
@@ -29,6 +40,8 @@ batch_size = 4
 vocab_size = 50304
 steps = 4  # timed training steps per round
 rounds = 5
+sample_block_size = 1024
+sample_steps = '64,256,1024'
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 from configurator import configure  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
@@ -78,4 +91,104 @@ def bench_training():
     print(f'  any-order overhead (l2r tok/s / mixed tok/s - 1): {100 * overhead:+.1f}%')
 
 
+def bench_eval(ns=(128, 256), members=8, slow_sample=16):
+    """eval_ppl's ensemble: the fast path vs the authors' one full forward per (target, member).
+
+    The slow path costs the same for every target, so it is timed on every slow_sample-th target
+    and scaled up; n=1024 is extrapolated from the two measured lengths.
+    """
+    from eval_ppl import ensemble_logprobs, query_batches, random_context_orders
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(block_size=max(ns), vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
+                          n_embd=n_embd, cond_dim=cond_dim)).to(device).eval()
+    print(f'eval ensemble: {model.get_num_params() / 1e6:.1f}M params, M={members}, {device} float32')
+    times = {}
+    for n in ns:
+        x, sigma = torch.randint(vocab_size, (n,), device=device), torch.randperm(n)
+        orders = random_context_orders(sigma, members - 1, seed)
+        t0 = time.perf_counter()
+        ensemble_logprobs(model, x, sigma.to(device), orders, members, max_tokens=32768)
+        sync()
+        fast = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model(x[None], sigma[None].to(device))  # member 1: one forward for every target
+            targets = range(0, n, slow_sample)
+            for i in targets:
+                for context in orders(i):
+                    model(x[None], torch.cat([context, sigma[i:]])[None].to(device))
+        sync()
+        slow = time.perf_counter() - t0
+        slow *= n / len(targets)
+        minimum = (n + 1) + (members - 1) * n * (n + 1) // 2  # sum of prefix lengths
+        slow_slots = (n + 1) * (1 + (members - 1) * n)
+        fast_slots = (n + 1) + sum(len(b) * (b[0][0] + 1) for b in query_batches(sigma, orders, 32768))
+        ideal = slow * minimum / slow_slots  # the slow path's speed per slot, on the minimal slots
+        times[n] = fast, slow
+        print(f'  n={n:<5} fast {fast:7.2f}s  slow {slow:8.2f}s  ratio {slow / fast:5.1f}x | fast slots '
+              f'{fast_slots / minimum:.2f}x the minimum; fast time {fast / ideal:.2f}x the minimum at slow-path speed')
+    (n0, (f0, s0)), (n1, (f1, s1)) = sorted(times.items())[:2]
+    scale = lambda t0, t1: t1 * (t1 / t0) ** (math.log(1024 / n1) / math.log(n1 / n0))  # power law through both
+    print(f'  n=1024 (extrapolated) fast {scale(f0, f1):7.1f}s  slow {scale(s0, s1):8.1f}s  '
+          f'ratio {scale(s0, s1) / scale(f0, f1):5.1f}x')
+
+
+@torch.no_grad()
+def sample_uncached(model, x, n_steps, generator, cache_dtype):
+    """Encoder-style sampling in a random order: every step reads the start slot and all the tokens
+    decoded so far again (the KVCache is only scratch space for that one forward)."""
+    B, T = x.shape
+    order = torch.rand(B, T, generator=generator, device=x.device).argsort(1)
+    start = torch.full((B, 1), -1, device=x.device)
+    scratch = KVCache(model.config, B, T, x.device, cache_dtype)
+    done = 0
+    for k in step_sizes(T, n_steps):
+        scratch.length = 0
+        positions, targets = torch.cat([start, order[:, :done]], 1), order[:, done:done + k]
+        logits = decode_step(model, scratch, x.gather(1, positions.clamp(min=0)), positions, targets)
+        x.scatter_(1, targets, sample_tokens(logits, 1.0, None, 1.0, generator))
+        done += k
+    return x
+
+
+def bench_sampling():
+    torch.manual_seed(seed)
+    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
+    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
+    T = sample_block_size
+    model = GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                          cond_dim=cond_dim)).to(device).eval()
+    known = torch.zeros(T, dtype=torch.bool, device=device)
+
+    def seconds(n_steps, order='random', cached=True):
+        x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
+        generator = torch.Generator(device).manual_seed(seed)
+        t0 = time.perf_counter()
+        with ctx:
+            if cached:
+                generate(model, x, known, n_steps, order=order, generator=generator)
+            else:
+                sample_uncached(model, x, n_steps, generator, getattr(torch, dtype))
+        sync()
+        return time.perf_counter() - t0
+
+    seconds(8), seconds(8, cached=False)  # warm up
+    all_steps = [int(s) for s in sample_steps.split(',')]
+    print(f'sampling: {model.get_num_params() / 1e6:.1f}M params, batch {batch_size} x {T}, {device} {dtype}')
+    print(f'  {"steps":>6} {"cached":>9} {"no cache":>9} {"speedup":>8}')
+    for n_steps in all_steps:
+        cached, uncached = seconds(n_steps), seconds(n_steps, cached=False)
+        print(f'  {n_steps:>6} {cached:>8.2f}s {uncached:>8.2f}s {uncached / cached:>7.1f}x')
+    l2r, random = (batch_size * T / seconds(T, order) for order in ('l2r', 'random'))
+    print(f'  one token per step: order=l2r {l2r:,.0f} tok/s, order=random {random:,.0f} tok/s '
+          f'(l2r/random - 1: {100 * (l2r / random - 1):+.1f}%)')
+    n_steps = all_steps[0]
+    confidence, random = seconds(n_steps, 'confidence'), seconds(n_steps)
+    print(f'  {n_steps} steps: order=confidence {confidence:.2f}s, order=random {random:.2f}s '
+          f'(confidence/random: {confidence / random:.1f}x)')
+
+
 bench_training()
+bench_eval()
+if sample_steps:
+    bench_sampling()

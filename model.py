@@ -77,7 +77,16 @@ class KVCache:
         self.v[layer, :, :, self.length:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
-    def commit(self, n):
+    def commit(self, n, last=None):
+        """Keep the first n new slots; with last (B,), row b keeps new slot n-1+last[b] as its n-th.
+
+        `last` picks, after the forward, which of the copies that ended a decoding step goes on.
+        """
+        if last is not None:
+            rows = torch.arange(self.k.size(1), device=last.device)
+            src, dst = self.length + n - 1 + last, torch.full_like(last, self.length + n - 1)
+            for buf in (self.k, self.v):
+                buf[:, rows, :, dst] = buf[:, rows, :, src]
         self.length += n
 
 
@@ -201,7 +210,7 @@ class GPT(nn.Module):
         loss = loss.view(B, T)
         return logits, (loss.mean() if reduction == 'mean' else loss)
 
-    def forward_slots(self, tokens, positions, targets, cache=None, attn_mask=None):
+    def forward_slots(self, tokens, positions, targets, cache=None, attn_mask=None, out_slots=None):
         """The general forward over explicit slots, for training, cached sampling and evaluation.
 
         tokens, positions, targets: (B, S). A slot holds `tokens` at original position `positions`
@@ -209,7 +218,9 @@ class GPT(nn.Module):
         target, zero condition). With a KVCache the slots also attend to the cached ones.
         attn_mask: bool, broadcastable to (B, n_head, S, cache.length + S), True where a slot may
         attend; default causal (all cached slots, then the new slots in order).
-        Returns logits (B, S, V).
+        out_slots: optional (B, Q) slot indices; only these go through the head, which saves
+        most of the work and memory when few slots are queries (as in ensembled evaluation).
+        Returns logits (B, S, V), or (B, Q, V) with out_slots.
         """
         wt = self.transformer
         is_start = (positions < 0).unsqueeze(-1)
@@ -223,6 +234,9 @@ class GPT(nn.Module):
             attn_mask = torch.ones(S, cache.length + S, dtype=torch.bool, device=h.device).tril(cache.length)
         for block in wt.h:
             h = block(h, c, cache, attn_mask)
+        if out_slots is not None:
+            index = out_slots.unsqueeze(-1)
+            h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
         return self.lm_head(wt.final_layer(h, c))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
@@ -239,6 +253,31 @@ class GPT(nn.Module):
         cfg = self.config
         flops_per_token = 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
         return flops_per_token * tokens_per_second / peak_flops
+
+
+# -----------------------------------------------------------------------------
+# cached any-order decoding
+
+def decode_step(model, cache, tokens, positions, targets):
+    """One step of cached decoding: logits (B, k, V) for each target position in targets (B, k).
+
+    tokens, positions (B, m): the slots not yet in the cache, in decoding order: on the first step
+    the start slot (position -1) and any known tokens, later the tokens decoded by the previous
+    step. Each predicts the position after it; the last one is run once per target, and these
+    copies see the cache, the other new slots and themselves only, so every target is predicted
+    from the same context. Then cache.commit(m, last) keeps the slots, with the copy whose target
+    comes next in the order (copy 0 if last is None).
+    """
+    B, m = positions.shape
+    k = targets.size(1)
+    tok = torch.cat([tokens, tokens[:, -1:].expand(B, k - 1)], 1)
+    pos = torch.cat([positions, positions[:, -1:].expand(B, k - 1)], 1)
+    tgt = torch.cat([positions[:, 1:], targets], 1)
+    S, L = m + k - 1, cache.length
+    mask = torch.ones(S, L + S, dtype=torch.bool, device=tok.device).tril(L)
+    mask[m:, L + m - 1:] = torch.eye(S, dtype=torch.bool, device=tok.device)[m:, m - 1:]
+    queries = torch.arange(m - 1, S, device=tok.device).expand(B, k)  # no logits for the other slots
+    return model.forward_slots(tok, pos, tgt, cache, mask, out_slots=queries)
 
 
 # -----------------------------------------------------------------------------

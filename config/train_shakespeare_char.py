@@ -11,14 +11,18 @@ gradient_accumulation_steps = 1
 batch_size = 16
 block_size = 64
 
+# more left-to-right sequences than the paper's 10%: on a run this short the left-to-right
+# reading is the one that lags (0.9 gives 2.25 l2r / 2.55 any-order here)
+random_ratio = 0.8
+
 n_layer = 4
 n_head = 4
 n_embd = 128
 cond_dim = 64
 
 # a high learning rate gets the model past the early plateau where it ignores the target position
-learning_rate = 5e-3
-min_lr = 5e-4
+learning_rate = 1e-2
+min_lr = 1e-3
 warmup_iters = 100
 max_iters = 4000
 lr_decay_iters = 4000

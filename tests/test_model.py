@@ -6,7 +6,7 @@ import torch
 from torch.nn import functional as F
 
 from conftest import shared_path
-from model import (GPT, GPTConfig, KVCache, load_checkpoint, make_ema, make_fixed_order,
+from model import (GPT, GPTConfig, KVCache, decode_step, load_checkpoint, make_ema, make_fixed_order,
                    reference_state_dict, sample_orders)
 
 
@@ -200,31 +200,22 @@ def test_kv_cache_one_slot_at_a_time_matches_full_forward():
 def test_kv_cache_reproduces_authors_cached_decoding(fixture):
     """Teacher-forced any-order decoding with several targets per step, as the authors' sampler does.
 
-    A step with targets o[c..c+s-1] feeds the tokens decoded in the previous step (each with the
-    next target in the order) plus s-1 copies of the last one (targets o[c+1..]); a copy attends
-    to the cache, the step's earlier slots and itself, and only the original slots are cached.
+    decode_step feeds the tokens decoded in the previous step (each with the next target in the
+    order) plus copies of the last one, one per target of the step; only copy 0 stays cached.
     """
     model = reference_model(fixture)
     for gen in fixture['generation']:
         orders, tokens = gen['sampling_orders'], gen['tokens']
         B, T = tokens.shape
-        cache = KVCache(model.config, B, T + 1)
+        cache = KVCache(model.config, B, T)
         logits = torch.zeros(B, T, model.config.vocab_size)
-        done = prev = 0
+        positions = torch.full((B, 1), -1)  # the start slot
+        done = 0
         for s in gen['step_sizes'].tolist():
-            if done == 0:
-                pos = torch.full((B, 1), -1)
-            else:
-                pos = orders[:, prev:done]
-            n = pos.size(1)
-            pos = torch.cat([pos, pos[:, -1:].expand(B, s - 1)], 1)
-            tok = tokens.gather(1, pos.clamp(min=0))
-            tgt = orders[:, done - n + 1:done + s]
-            S, L = n + s - 1, cache.length
-            mask = torch.ones(S, L + S, dtype=torch.bool).tril(L)
-            mask[n:, L + n - 1:] = torch.eye(S, dtype=torch.bool)[n:, n - 1:]
+            targets = orders[:, done:done + s]
             with torch.no_grad():
-                logits[:, done:done + s] = model.forward_slots(tok, pos, tgt, cache, mask)[:, n - 1:]
-            cache.commit(n)
-            prev, done = done, done + s
+                logits[:, done:done + s] = decode_step(model, cache, tokens.gather(1, positions.clamp(min=0)),
+                                                       positions, targets)
+            cache.commit(positions.size(1))
+            positions, done = targets, done + s
         torch.testing.assert_close(logits, gen['logits'], atol=1e-4, rtol=0, msg=gen['name'])

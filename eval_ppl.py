@@ -1,0 +1,348 @@
+"""
+Zero-shot perplexity of a checkpoint, left-to-right, any-order, and ensembled over context orders.
+
+    python eval_ppl.py --ensemble 8                      # out-shakespeare-char on its val.bin
+    python eval_ppl.py --out_dir=out --dataset=wikitext2,ptb,lambada,lm1b --ensemble 8
+    python eval_ppl.py --out_dir=out --dataset=wikitext2 --data_dir=../shared/data   # local copies
+    python eval_ppl.py --out_dir=out --data_file=my_text.jsonl --out_json=ppl.json
+
+Protocol (AO-GPT paper): each document is detokenized, GPT-2 BPE encoded and followed by an
+end-of-text token; the documents are concatenated and cut into block_size chunks (the remainder is
+dropped). Each chunk x gets a seeded uniformly random order sigma. Reported per set:
+- l2r: perplexity in the left-to-right order;
+- M=1 (any-order): exp of the mean of -log p(x[sigma_i] | x[sigma_<i]);
+- M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[sigma_<i] in
+  sigma's order and members 2..M in independent uniform orders; the members are nested, so one
+  run gives the whole curve up to --ensemble.
+
+Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
+OpenAI's URL; openwebtext and shakespeare_char from data/<name>/val.bin; --data_file=path for a
+.txt (a document per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
+--data_dir reads the Hub sets from local copies laid out like ../shared/data instead.
+--split defaults to 'test', the standard benchmark split (the authors' WikiText-2 script used
+'train'; --split=train does that with network access).
+
+Speed: only the prefix up to slot i matters for target i, so each (target, member) query is a row
+of i+1 slots, rows of similar length are batched (at most --max_tokens slots per forward) and only
+the query slot goes through the head: about half the slots of one full forward per query, and
+none of the wasted vocabulary projections.
+"""
+import json
+import math
+import os
+import pickle
+import re
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.nn.utils.rnn import pad_sequence
+from tqdm import tqdm
+
+from model import load_checkpoint
+
+# -----------------------------------------------------------------------------
+out_dir = 'out-shakespeare-char'  # reads out_dir/ckpt.pt (EMA weights)
+dataset = 'shakespeare_char'  # one name or several, comma-separated
+data_file = ''  # a local .txt/.jsonl/.bin file to evaluate instead of --dataset
+data_dir = ''  # '': the Hub / URL; else a folder holding local copies (e.g. ../shared/data)
+split = 'test'  # 'test', 'validation' or 'train' (Hub sets)
+block_size = 0  # 0: the checkpoint's block_size
+ensemble = 1  # M, the largest ensemble; M = 1, 2, 4, ... up to it are reported
+max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
+max_tokens = 32768  # slots per forward pass, which bounds memory
+seed = 1337
+out_json = ''
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
+dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'
+config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
+# -----------------------------------------------------------------------------
+
+LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
+BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
+HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
+
+
+def fail(message):
+    raise SystemExit(f'error: {message}')
+
+
+# -----------------------------------------------------------------------------
+# detokenizers: undo the tokenized spacing of each set before BPE
+
+
+def wikitext_detokenize(text):
+    for a, b in ((' @-@ ', '-'), (' @,@ ', ','), (' @.@ ', '.'), (" 's", "'s")):
+        text = text.replace(a, b)
+    text = re.sub(r' ([.,:;!?)\]])', r'\1', text)
+    text = re.sub(r'([(\[]) ', r'\1', text)
+    text = re.sub(r'" ([^"]*?) "', r'"\1"', text)
+    return re.sub(r'= (?==)', '=', text)  # headings: '= = Gameplay = =' -> '== Gameplay =='
+
+
+def ptb_detokenize(text):
+    for a, b in ((" n't", "n't"), (" 's", "'s"), (" 're", "'re"), (" 've", "'ve"), (" 'll", "'ll"),
+                 (" 'm", "'m"), (" 'd", "'d"), ('<unk>', '?'), ('\\/', '/')):
+        text = text.replace(a, b)
+    return re.sub(r'(?<!\S)N(?!\S)', '1', text)  # N stands for any number
+
+
+def lm1b_detokenize(text):
+    for a, b in ((" n't", "n't"), (" 's", "'s"), (" 're", "'re"), (" 've", "'ve"), (" 'll", "'ll"),
+                 (" 'm", "'m"), (" 'd", "'d"), ('$ ', '$')):
+        text = text.replace(a, b)
+    text = re.sub(r' ([.,:;!?%)\]])', r'\1', text)
+    text = re.sub(r'([(\[]) ', r'\1', text)
+    return re.sub(r'" ([^"]*?) "', r'"\1"', text)
+
+
+def lambada_detokenize(text):
+    for a, b in (('“', '"'), ('”', '"'), ('‘', "'"), ('’', "'")):
+        text = text.replace(a, b)
+    return text
+
+
+# name -> Hub (path, config, text column) or URL, local files per split, detokenizer
+SETS = {
+    'wikitext2': (('Salesforce/wikitext', 'wikitext-2-raw-v1', 'text'),
+                  {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
+                  wikitext_detokenize),
+    # WikiText-103 shares its validation and test splits with WikiText-2
+    'wikitext103': (('Salesforce/wikitext', 'wikitext-103-raw-v1', 'text'),
+                    {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
+                    wikitext_detokenize),
+    'ptb': (('ptb_text_only', None, 'sentence'),
+            {'test': 'ptb/ptb.test.txt', 'validation': 'ptb/ptb.valid.txt'}, ptb_detokenize),
+    'lambada': (LAMBADA_URL, {'test': 'lambada/lambada_test.jsonl'}, lambada_detokenize),
+    'lm1b': (('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'}, lm1b_detokenize),
+}
+KNOWN = (*SETS, *BIN_SETS)
+
+
+# -----------------------------------------------------------------------------
+# data
+
+
+def read_text_file(path):
+    """Documents of a local .txt (one per line) or .jsonl ({"text": ...} per line), via `datasets`."""
+    from datasets import disable_progress_bars, load_dataset
+    disable_progress_bars()  # a local read is instant; keep stderr for errors
+    builder = 'json' if path.endswith('.jsonl') else 'text'
+    return load_dataset(builder, data_files=path, split='train')['text']
+
+
+def download(url):
+    import requests
+    path = os.path.join(os.path.expanduser('~/.cache/ao-gpt'), os.path.basename(url))
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        response = requests.get(url, timeout=60)
+        response.raise_for_status()
+        with open(path + '.tmp', 'wb') as f:
+            f.write(response.content)
+        os.replace(path + '.tmp', path)
+    return path
+
+
+def load_documents(name):
+    """The raw documents of a known set: from data_dir if given, else from the Hub / URL."""
+    source, local, _ = SETS[name]
+    if data_dir:
+        if split not in local:
+            fail(f"{name} has no local '{split}' split (local: {', '.join(local)}); drop --data_dir to "
+                 f"load it from the Hub, or pass --data_file")
+        path = os.path.join(data_dir, local[split])
+        if not os.path.exists(path):
+            fail(f'{path} not found (the local copy of {name} {split})')
+        return read_text_file(path)
+    try:
+        if isinstance(source, str):  # LAMBADA: OpenAI's file, test split only
+            if split != 'test':
+                fail(f"lambada has only a 'test' split, got --split={split}")
+            return read_text_file(download(source))
+        from datasets import load_dataset
+        path, config, column = source
+        return load_dataset(path, config, split=split)[column]
+    except (ConnectionError, OSError, ImportError) as e:
+        fail(f'could not fetch {name} ({type(e).__name__}: {str(e).splitlines()[0]}); without network, '
+             f'point --data_dir at local copies or pass --data_file=path')
+
+
+def encode_documents(documents, detokenize=None):
+    """GPT-2 BPE of each non-blank document, each followed by end-of-text, concatenated."""
+    import tiktoken
+    enc = tiktoken.get_encoding('gpt2')
+    texts = [t.strip() for t in documents if t.strip()]  # blank lines carry no text
+    if detokenize is not None:
+        texts = [detokenize(t) for t in texts]
+    ids = []
+    for doc in enc.encode_ordinary_batch(texts):
+        ids.extend(doc)
+        ids.append(enc.eot_token)
+    return np.array(ids, dtype=np.int64)
+
+
+def chunk(ids, n):
+    """Cut a token stream into (N, n) chunks, dropping the remainder."""
+    n_chunks = len(ids) // n
+    return torch.from_numpy(np.asarray(ids[:n_chunks * n], dtype=np.int64).reshape(n_chunks, n))
+
+
+def load_tokens(name):
+    """(token stream, vocabulary size it needs) of a named set or of --data_file."""
+    if name in BIN_SETS or name.endswith('.bin'):
+        path = name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
+        if not os.path.exists(path):
+            fail(f'{path} not found' + ('' if name.endswith('.bin') else f': run python data/{name}/prepare.py'))
+        meta = os.path.join(os.path.dirname(path), 'meta.pkl')
+        vocab = pickle.load(open(meta, 'rb'))['vocab_size'] if os.path.exists(meta) else 50257
+        return np.memmap(path, dtype=np.uint16, mode='r'), vocab
+    if name == data_file:
+        if not os.path.exists(name):
+            fail(f'{name} not found')
+        return encode_documents(read_text_file(name)), 50257
+    return encode_documents(load_documents(name), SETS[name][2]), 50257
+
+
+# -----------------------------------------------------------------------------
+# the fast ensemble
+
+
+def random_context_orders(sigma, n_extra, seed):
+    """context_orders(i) -> (n_extra, i): independent uniform orders of the context set sigma[:i].
+
+    Seeded per target, so the orders do not depend on batching, and drawn row after row, so the
+    members of a smaller ensemble are the first members of a larger one.
+    """
+    def context_orders(i):
+        g = torch.Generator().manual_seed(hash((seed, i)))
+        return sigma[:i][torch.rand(n_extra, i, generator=g, dtype=torch.float64).argsort(1)]
+    return context_orders
+
+
+def query_batches(sigma, context_orders, max_tokens):
+    """Rows (target i, member j, context order), longest first, grouped under the token budget.
+
+    A batch's rows are padded to its first (longest) row; keeping them within 1/8 of its length
+    bounds the padding to 12.5% of the slots.
+    """
+    batch, width = [], 0
+    for i in reversed(range(len(sigma))):
+        for j, order in enumerate(context_orders(i), start=1):
+            width = width or i + 1
+            if batch and ((len(batch) + 1) * (width + HEAD_COST) > max_tokens or 8 * (width - i - 1) > width):
+                yield batch
+                batch, width = [], i + 1
+            batch.append((i, j, order))
+    if batch:
+        yield batch
+
+
+@torch.no_grad()
+def ensemble_logprobs(model, x, sigma, context_orders, n_members, max_tokens):
+    """log p(x[sigma_i] | context set x[sigma_<i] read in member j's order): (n_members, n).
+
+    Member 0 reads the context in sigma's order (one forward for every target); members 1.. read it
+    in context_orders(i)[j-1]. A query is a row: the start slot, then the context in the member's
+    order (each slot predicting the next position), the last slot predicting sigma[i]. Right
+    padding is harmless under causal attention, and only the last real slot goes through the head.
+    """
+    n = len(x)
+    out = torch.empty(n_members, n)
+    _, loss = model(x[None], sigma[None], reduction='none')
+    out[0] = -loss[0].float().cpu()
+    if n_members == 1:
+        return out
+    sigma_cpu = sigma.cpu()  # rows are built on the CPU, then moved in one piece
+    for batch in query_batches(sigma_cpu, lambda i: context_orders(i)[:n_members - 1], max_tokens):
+        pos = pad_sequence([torch.cat([torch.tensor([-1]), order]) for _, _, order in batch],
+                           batch_first=True, padding_value=-1)
+        tgt = pad_sequence([torch.cat([order, sigma_cpu[i:i + 1]]) for i, _, order in batch],
+                           batch_first=True, padding_value=-1)
+        i, j = (torch.tensor(v) for v in list(zip(*batch))[:2])
+        pos, tgt, i_dev = pos.to(x.device), tgt.to(x.device), i.to(x.device)
+        logits = model.forward_slots(x[pos.clamp(min=0)], pos, tgt, out_slots=i_dev[:, None])[:, 0]
+        out[j, i] = F.log_softmax(logits.float(), dim=-1).gather(1, x[sigma[i_dev]][:, None])[:, 0].cpu()
+    return out
+
+
+def ensemble_sizes(m):
+    return [2 ** k for k in range(int(math.log2(m)) + 1)] + ([m] if m & (m - 1) else [])
+
+
+def evaluate(model, chunks, ctx, desc):
+    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n)."""
+    l2r, members = [], []
+    generator = torch.Generator().manual_seed(seed)
+    for c, x in enumerate(tqdm(chunks, desc=desc)):
+        n = len(x)
+        sigma = torch.randperm(n, generator=generator)
+        x, identity = x.to(device), torch.arange(n, device=device)
+        with ctx:
+            _, loss = model(x[None], identity[None], reduction='none')
+            l2r.append(-loss[0].float().cpu())
+            orders = random_context_orders(sigma, ensemble - 1, hash((seed, c)))
+            members.append(ensemble_logprobs(model, x, sigma.to(device), orders, ensemble, max_tokens))
+    return torch.cat(l2r), torch.cat(members, dim=1)
+
+
+def perplexities(l2r, members):
+    ppl = {'l2r': math.exp(-l2r.mean().item())}
+    for m in ensemble_sizes(members.size(0)):
+        p_ens = members[:m].logsumexp(0) - math.log(m)
+        ppl[m] = math.exp(-p_ens.mean().item())
+    return ppl
+
+
+def main():
+    if ensemble < 1:
+        fail(f'--ensemble must be at least 1, got {ensemble}')
+    if max_tokens < 1:
+        fail(f'--max_tokens must be positive, got {max_tokens}')
+    names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
+    for name in names:
+        if name != data_file and name not in KNOWN:
+            fail(f"unknown dataset {name!r}; known: {', '.join(KNOWN)} (or --data_file=path)")
+    model, _ = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
+    n = block_size or model.config.block_size
+    if n > model.config.block_size:
+        fail(f'--block_size={n} is larger than the checkpoint\'s block_size {model.config.block_size}')
+    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
+    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
+    results = {}
+    for name in names:
+        t0 = time.time()
+        ids, vocab = load_tokens(name)
+        chunks = chunk(ids, n)
+        if len(chunks) == 0:
+            fail(f'{name} has {len(ids)} tokens, fewer than one block of {n}')
+        if vocab > model.config.vocab_size:
+            fail(f'{name} needs a vocabulary of {vocab} tokens but the checkpoint has {model.config.vocab_size}')
+        chunks = chunks[:max_chunks or None]
+        ppl = perplexities(*evaluate(model, chunks, ctx, name))
+        results[name] = dict(split=split, tokens=chunks.numel(), chunks=len(chunks), ppl=ppl,
+                             seconds=round(time.time() - t0, 2))
+    print_table(results)
+    if out_json:
+        with open(out_json, 'w') as f:
+            json.dump(dict(checkpoint=os.path.join(out_dir, 'ckpt.pt'), block_size=n, ensemble=ensemble,
+                           seed=seed, dtype=dtype, results=results), f, indent=2)
+        print(f'wrote {out_json}')
+
+
+def print_table(results):
+    sizes = ensemble_sizes(ensemble)
+    head = ['dataset', 'tokens', 'l2r ppl', 'any-order ppl'] + [f'M={m}' for m in sizes[1:]] + ['time']
+    rows = [[name, f"{r['tokens']:,}", *(f"{r['ppl'][k]:.3f}" for k in ['l2r', *sizes]), f"{r['seconds']:.1f}s"]
+            for name, r in results.items()]
+    widths = [max(len(str(row[k])) for row in [head, *rows]) for k in range(len(head))]
+    for row in [head, *rows]:
+        print('  '.join(str(v).ljust(w) for v, w in zip(row, widths)))
+
+
+if __name__ == '__main__':
+    from configurator import configure
+    configure(globals(), config_keys, doc=__doc__)
+    main()

@@ -1,0 +1,263 @@
+"""
+Sample from a trained AO-GPT with a KV cache, in any order, many tokens per step.
+
+    python sample.py --out_dir=out-shakespeare-char                      # random order, one token per step
+    python sample.py --out_dir=out-shakespeare-char --order=l2r --start="ROMEO:"
+    python sample.py --out_dir=out-shakespeare-char --order=confidence --steps=16
+    python sample.py --out_dir=out-shakespeare-char --infill="ROMEO: [MASK:20] my lord, [MASK:20]."
+
+The masked positions are decoded in `steps` steps (`schedule` says how many per step); all the
+tokens of a step are sampled independently from the same context, the tokens decoded before it.
+order: 'random', 'l2r' (plain autoregressive decoding) or 'confidence' (each step scores every
+masked position in one cached pass and decodes the most confident ones, by highest max-probability
+or lowest entropy, see `confidence`). start: a prefix (or FILE:path); infill: a template whose
+`mask_token` markers are generated ([MASK] is one token, [MASK:5] five) around the known text.
+init_from: 'resume' (out_dir/ckpt.pt) or the path of a checkpoint, ours or the authors' format.
+"""
+import math
+import os
+import pickle
+import re
+from contextlib import nullcontext
+
+import torch
+from tqdm import tqdm
+
+from model import KVCache, decode_step, load_checkpoint
+
+# -----------------------------------------------------------------------------
+init_from = 'resume'
+out_dir = 'out-shakespeare-char'
+use_ema = True  # the EMA weights, as evaluated during training
+start = ''  # a prefix, or FILE:path to read it from
+infill = ''  # a template such as "The [MASK] sat on the [MASK:5]."; replaces start
+mask_token = '[MASK]'
+max_new_tokens = None  # tokens after start; None fills the block
+num_samples = 3
+steps = None  # decoding steps; None: one token per step
+schedule = 'linear'  # 'linear' or 'cosine'
+order = 'random'  # 'random', 'l2r' or 'confidence'
+confidence = 'maxprob'  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
+temperature = 1.0  # 0: greedy
+top_k = None  # sample from the top_k most likely tokens only
+top_p = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
+seed = 1337
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
+dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'
+compile = False
+# -----------------------------------------------------------------------------
+SCHEDULES = ('linear', 'cosine')
+ORDERS = ('random', 'l2r', 'confidence')
+CONFIDENCES = ('maxprob', 'entropy')
+
+
+def step_sizes(n, steps, schedule='linear'):
+    """Tokens decoded at each step: by step s, round(n * (1 - t_s)) with the masking time t_s going
+    from 1 to 0 (linearly, or as cos(pi/2 * s/steps)), and at least one new token per step."""
+    sizes, done = [], 0
+    for s in range(1, steps + 1):
+        u = s / steps
+        t = 1 - u if schedule == 'linear' else math.cos(math.pi / 2 * u)
+        target = min(max(round(n * (1 - t)), done + 1), n - (steps - s))  # room for one per later step
+        sizes.append(target - done)
+        done = target
+    return sizes
+
+
+def filter_probs(logits, temperature=1.0, top_k=None, top_p=1.0):
+    """Sampling probabilities (float32) from logits (..., V): temperature, then top_k, then top_p."""
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    probs = logits.softmax(-1)
+    if top_p < 1.0:
+        sorted_probs, index = probs.sort(-1, descending=True)
+        # drop a token when the more likely ones already hold top_p of the mass
+        sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(-1) - sorted_probs >= top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, index, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample_tokens(logits, temperature, top_k, top_p, generator):
+    """One token per row of logits (..., V), each drawn independently."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    # inverse CDF, one uniform per draw: much faster than torch.multinomial over a large vocabulary
+    cdf = filter_probs(logits, temperature, top_k, top_p).cumsum(-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.size(-1) - 1)
+
+
+def confidence_scores(logits, kind):
+    """Higher is more confident: the max-probability, or minus the entropy, of each prediction."""
+    logp = logits.float().log_softmax(-1)
+    return logp.max(-1).values.exp() if kind == 'maxprob' else (logp.exp() * logp).sum(-1)
+
+
+@torch.no_grad()
+def generate(model, x, known, steps, schedule='linear', order='random', confidence='maxprob',
+             temperature=1.0, top_k=None, top_p=1.0, generator=None, progress=False, on_step=None):
+    """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
+
+    known (T,) bool: the given tokens (the same positions in every row). They are read first, left
+    to right, in one forward with the first step; then the n unknown positions are decoded in
+    `steps` steps. on_step(targets, logits), if given, sees each step's positions (B, k) and logits.
+    """
+    B, T = x.shape
+    masked = (~known).nonzero().squeeze(1).expand(B, -1)
+    given = known.nonzero().squeeze(1).expand(B, -1)
+    if order == 'random':
+        masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=x.device).argsort(1))
+    device_type = x.device.type
+    cache_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) \
+        else next(model.parameters()).dtype
+    cache = KVCache(model.config, B, T, x.device, cache_dtype)
+    positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
+    decoded = []
+    for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
+        candidates = masked if order == 'confidence' else masked[:, :k]
+        logits = decode_step(model, cache, x.gather(1, positions.clamp(min=0)), positions, candidates)
+        if order == 'confidence':
+            pick = confidence_scores(logits, confidence).topk(k, dim=1).indices  # most confident first
+            targets = candidates.gather(1, pick)
+            logits = logits.gather(1, pick.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+            cache.commit(positions.size(1), last=pick[:, 0])
+            rest = torch.ones_like(masked, dtype=torch.bool).scatter(1, pick, False)
+            masked = masked[rest].view(B, -1)
+        else:
+            targets, masked = candidates, masked[:, k:]
+            cache.commit(positions.size(1))
+        x.scatter_(1, targets, sample_tokens(logits, temperature, top_k, top_p, generator))
+        if on_step is not None:
+            on_step(targets, logits)
+        decoded.append(targets)
+        positions = targets
+    return x, torch.cat(decoded, 1)
+
+
+# -----------------------------------------------------------------------------
+# command line: tokenizer, prompts, checks
+
+def fail(message):
+    raise SystemExit(f'error: {message}')
+
+
+def load_tokenizer(checkpoint):
+    """encode, decode: the char vocabulary of the training dataset if it has one, else GPT-2 BPE."""
+    dataset = checkpoint.get('config', {}).get('dataset')
+    meta_path = os.path.join('data', dataset, 'meta.pkl') if dataset else None
+    if meta_path and os.path.exists(meta_path):
+        with open(meta_path, 'rb') as f:
+            meta = pickle.load(f)
+        stoi, itos = meta['stoi'], meta['itos']
+
+        def encode(text):
+            unknown = sorted(set(text) - set(stoi))
+            if unknown:
+                fail(f'characters not in the vocabulary of {dataset}: {", ".join(map(repr, unknown))}')
+            return [stoi[c] for c in text]
+        return encode, lambda ids: ''.join(itos[i] for i in ids)
+    import tiktoken
+    enc = tiktoken.get_encoding('gpt2')
+    # ids past GPT-2's 50257 are padding of the embedding table and have no text
+    return (lambda text: enc.encode(text, allowed_special={'<|endoftext|>'}),
+            lambda ids: enc.decode([i for i in ids if i < enc.n_vocab]))
+
+
+def parse_infill(template, marker, encode):
+    """Token ids and a known-mask for an infill template: marker is one masked token, and with a
+    count before its last character (e.g. [MASK:5]) that many."""
+    pattern = re.escape(marker[:-1]) + r'(?::(\d+))?' + re.escape(marker[-1])
+    ids, known, at = [], [], 0
+    for match in re.finditer(pattern, template):
+        text = encode(template[at:match.start()])
+        count = int(match.group(1) or 1)
+        if count < 1:
+            fail(f'a masked span needs at least one token: {match.group(0)}')
+        ids += text + [0] * count
+        known += [True] * len(text) + [False] * count
+        at = match.end()
+    if not known:
+        fail(f'the infill template has no {marker} marker')
+    text = encode(template[at:])
+    return ids + text, known + [True] * len(text)
+
+
+def check_settings():
+    if order not in ORDERS:
+        fail(f"--order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if confidence not in CONFIDENCES:
+        fail(f"--confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
+    if schedule not in SCHEDULES:
+        fail(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if temperature < 0:
+        fail(f'--temperature must be >= 0 (0 is greedy), got {temperature}')
+    if not 0 < top_p <= 1:
+        fail(f'--top_p must be in (0, 1], got {top_p}')
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        fail(f'--top_k must be a positive int or None, got {top_k!r}')
+    if not isinstance(num_samples, int) or num_samples < 1:
+        fail(f'--num_samples must be a positive int, got {num_samples!r}')
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
+        fail(f'--max_new_tokens must be a positive int or None, got {max_new_tokens!r}')
+    if dtype not in ('float32', 'bfloat16', 'float16'):
+        fail(f'--dtype must be float32, bfloat16 or float16, got {dtype!r}')
+
+
+def prompt_tokens(encode, block_size):
+    """The ids of one sample and which of them are known, from --infill or --start."""
+    if infill:
+        ids, known = parse_infill(infill, mask_token, encode)
+        if len(ids) > block_size:
+            fail(f'the infill template is {len(ids)} tokens long, more than block_size {block_size}')
+        return ids, known
+    text = start
+    if text.startswith('FILE:'):
+        try:
+            with open(text[5:], encoding='utf-8') as f:
+                text = f.read()
+        except OSError as e:
+            fail(f'cannot read the prompt file: {e}')
+    prefix = encode(text)
+    if len(prefix) >= block_size:
+        fail(f'the prompt is {len(prefix)} tokens long and leaves no room in block_size {block_size}')
+    new = block_size - len(prefix) if max_new_tokens is None else max_new_tokens
+    if len(prefix) + new > block_size:
+        fail(f'the output would be {len(prefix)} + {new} tokens, longer than block_size {block_size}')
+    return prefix + [0] * new, [True] * len(prefix) + [False] * new
+
+
+def main():
+    path = os.path.join(out_dir, 'ckpt.pt') if init_from == 'resume' else init_from
+    check_settings()
+    model, checkpoint = load_checkpoint(path, device, use_ema)
+    block_size = model.config.block_size
+    encode, decode = load_tokenizer(checkpoint)
+    ids, known = prompt_tokens(encode, block_size)
+    n = known.count(False)
+    n_steps = n if steps is None else steps
+    if not isinstance(n_steps, int) or not 1 <= n_steps <= n:
+        fail(f'--steps must be an int from 1 to the {n} tokens to generate, got {steps!r}')
+
+    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
+    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
+    if compile:
+        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+    generator = torch.Generator(device).manual_seed(seed)
+    x = torch.tensor(ids, device=device).repeat(num_samples, 1)
+    with ctx:
+        x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, schedule, order, confidence,
+                        temperature, top_k, top_p, generator, progress=True)
+    for row in x.tolist():
+        print(decode(row))
+        print('---------------')
+
+
+if __name__ == '__main__':
+    config_keys = [k for k, v in globals().items()
+                   if not k.startswith('_') and k.islower() and isinstance(v, (int, float, bool, str, type(None)))]
+    from configurator import configure
+    configure(globals(), config_keys, doc=__doc__)
+    main()

@@ -1,0 +1,216 @@
+"""sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
+import pytest
+import torch
+
+import sample
+from conftest import run_script
+from sample import filter_probs, generate, parse_infill, step_sizes
+from test_model import tiny_model
+from test_train import TINY
+
+T = 16  # tiny_model's block_size
+KNOWN = {
+    'none': [False] * T,
+    'prefix': [True] * 5 + [False] * 11,
+    'infill': [True, True, False, False, False, True, True, True, False, False, True, False, False, False, False, True],
+}
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_thread():
+    """Tiny models, here and in the scripts run: a second thread only adds syncing, costly on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('OMP_NUM_THREADS', '1')
+        yield
+    torch.set_num_threads(threads)
+
+
+def uncached_logits(model, x, prefix, candidates):
+    """Logits (B, R, V) of full uncached forwards with order (prefix, candidates[:, r], the rest), at
+    the slot after the prefix: each candidate predicted from exactly the decoded prefix."""
+    B, R = candidates.shape
+    P = prefix.size(1)
+    rank = torch.arange(T).repeat(B * R, 1) + T  # positions outside the prefix and the candidate go last
+    rank.scatter_(1, prefix.repeat_interleave(R, 0), torch.arange(P).expand(B * R, P))
+    rank.scatter_(1, candidates.reshape(-1, 1), P)
+    logits, _ = model(x.repeat_interleave(R, 0), rank.argsort(1))
+    return logits[:, P].view(B, R, -1)
+
+
+@pytest.mark.parametrize('prompt', ['none', 'prefix', 'infill'])
+@pytest.mark.parametrize('order,confidence', [('random', None), ('l2r', None), ('confidence', 'maxprob'),
+                                              ('confidence', 'entropy')])
+@pytest.mark.parametrize('steps,schedule', [(None, 'linear'), (4, 'linear'), (5, 'cosine')])
+def test_cached_decoding_equals_uncached_forwards(prompt, order, confidence, steps, schedule):
+    model = tiny_model()
+    known = torch.tensor(KNOWN[prompt])
+    n = int((~known).sum())
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    given = x[:, known].clone()
+    steps = n if steps is None else steps
+    record = []
+    out, sigma = generate(model, x.clone(), known, steps, schedule, order, confidence, temperature=1.0,
+                          generator=torch.Generator().manual_seed(1),
+                          on_step=lambda t, l: record.append((t.clone(), l.clone())))
+    assert torch.equal(out[:, known], given)  # every known token stays at its position
+    assert torch.equal(sigma.sort(1).values, (~known).nonzero().squeeze(1).expand(3, n))
+    assert [t.size(1) for t, _ in record] == step_sizes(n, steps, schedule)
+    if order == 'l2r':
+        assert torch.equal(sigma, sigma.sort(1).values)
+    prefix = known.nonzero().squeeze(1).expand(3, -1)  # the known tokens are read first, left to right
+    remaining = sigma
+    with torch.no_grad():
+        for targets, logits in record:
+            k = targets.size(1)
+            expected = uncached_logits(model, out, prefix, targets)
+            torch.testing.assert_close(logits, expected, atol=1e-4, rtol=0)
+            if order == 'confidence':  # the step took the k most confident of all masked positions
+                scores = sample.confidence_scores(uncached_logits(model, out, prefix, remaining), confidence)
+                best = remaining.gather(1, scores.topk(k, dim=1).indices)
+                assert torch.equal(best.sort(1).values, targets.sort(1).values)
+            prefix = torch.cat([prefix, targets], 1)
+            remaining = torch.stack([r[~torch.isin(r, t)] for r, t in zip(remaining, targets)])
+
+
+def test_step_sizes():
+    for n in [1, 7, 16, 64, 1000]:
+        for steps in {min(s, n) for s in (1, 2, 5, n // 3 or 1, n - 1 or 1, n)}:
+            for schedule in ['linear', 'cosine']:
+                sizes = step_sizes(n, steps, schedule)
+                assert len(sizes) == steps and sum(sizes) == n and min(sizes) >= 1, (n, steps, schedule)
+        assert step_sizes(n, n, 'cosine') == [1] * n
+    assert step_sizes(32, 5, 'linear') == [6, 7, 6, 7, 6]  # round(32 * s / 5)
+    # cosine: round(100 * (1 - cos(pi/2 * s/4))) = 8, 29, 62, 100: few tokens first, many at the end
+    assert step_sizes(100, 4, 'cosine') == [8, 21, 33, 38]
+    linear = step_sizes(1000, 10, 'linear')
+    assert max(linear) - min(linear) <= 1
+
+
+def test_filter_probs_by_hand():
+    logits = torch.tensor([0.5, 0.25, 0.15, 0.1]).log()
+    torch.testing.assert_close(filter_probs(logits), torch.tensor([0.5, 0.25, 0.15, 0.1]))
+    # top_p=0.7: 0.5 alone is not enough, 0.5 + 0.25 is; the rest are dropped and renormalised
+    torch.testing.assert_close(filter_probs(logits, top_p=0.7), torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    torch.testing.assert_close(filter_probs(logits, top_p=0.5), torch.tensor([1.0, 0, 0, 0]))
+    torch.testing.assert_close(filter_probs(logits, top_k=3), torch.tensor([0.5, 0.25, 0.15, 0]) / 0.9)
+    squared = torch.tensor([0.25, 0.0625, 0.0225, 0.01])
+    torch.testing.assert_close(filter_probs(logits, temperature=0.5), squared / squared.sum())
+    # top_k first (0.5, 0.25 renormalised to 2/3, 1/3), then top_p=0.6 keeps the first only
+    torch.testing.assert_close(filter_probs(logits, top_k=2, top_p=0.6), torch.tensor([1.0, 0, 0, 0]))
+    batch = torch.stack([logits, logits.flip(0)])  # filtering is per row
+    torch.testing.assert_close(filter_probs(batch, top_p=0.7)[1], torch.tensor([0, 0, 1 / 3, 2 / 3]))
+
+
+@pytest.mark.parametrize('order', ['random', 'l2r', 'confidence'])
+def test_seeded_sampling_is_deterministic(order):
+    model = tiny_model()
+    known = torch.tensor(KNOWN['infill'])
+
+    def run(seed, temperature=1.0):
+        x = torch.zeros(4, T, dtype=torch.long)
+        return generate(model, x, known, 4, order=order, temperature=temperature,
+                        generator=torch.Generator().manual_seed(seed))
+
+    (a, sigma_a), (b, sigma_b), (c, _) = run(0), run(0), run(1)
+    assert torch.equal(a, b) and torch.equal(sigma_a, sigma_b)
+    assert not torch.equal(a, c)
+    if order != 'random':  # greedy with a deterministic order: nothing random is left
+        assert torch.equal(run(0, temperature=0)[0], run(1, temperature=0)[0])
+
+
+def test_greedy_l2r_equals_argmax_of_full_forwards():
+    model = tiny_model()
+    x, _ = generate(model, torch.zeros(2, T, dtype=torch.long), torch.tensor(KNOWN['prefix']), 11,
+                    order='l2r', temperature=0)
+    with torch.no_grad():
+        logits, _ = model(x, torch.arange(T).expand(2, T))
+    assert torch.equal(x[:, 5:], logits[:, 5:T].argmax(-1))
+
+
+def test_parse_infill():
+    encode = lambda text: [ord(c) for c in text]
+    ids, known = parse_infill('ab[MASK]c[MASK:3]', '[MASK]', encode)
+    assert ids == [97, 98, 0, 99, 0, 0, 0] and known == [True, True, False, True, False, False, False]
+    ids, known = parse_infill('<m:2>x', '<m>', encode)
+    assert ids == [0, 0, 120] and known == [False, False, True]
+    with pytest.raises(SystemExit, match='no \\[MASK\\] marker'):
+        parse_infill('no markers here', '[MASK]', encode)
+    with pytest.raises(SystemExit, match='at least one token'):
+        parse_infill('a[MASK:0]', '[MASK]', encode)
+
+
+@pytest.mark.parametrize('setting,value,message', [
+    ('temperature', -0.5, 'temperature must be >= 0'),
+    ('top_p', 0.0, 'top_p must be in'),
+    ('top_p', 1.5, 'top_p must be in'),
+    ('top_k', 0, 'top_k must be a positive'),
+    ('order', 'backwards', 'order must be one of'),
+    ('schedule', 'cubic', 'schedule must be one of'),
+    ('confidence', 'margin', 'confidence must be one of'),
+])
+def test_bad_settings(monkeypatch, setting, value, message):
+    monkeypatch.setattr(sample, setting, value)
+    with pytest.raises(SystemExit, match=f'^error: --{message}'):
+        sample.check_settings()
+
+
+@pytest.mark.parametrize('start,infill,max_new_tokens,message', [
+    ('x' * 16, '', None, 'prompt is 16 tokens long and leaves no room'),
+    ('abc', '', 14, 'output would be 3 \\+ 14 tokens'),
+    ('', 'a[MASK:20]', None, 'template is 21 tokens long'),
+])
+def test_prompts_that_do_not_fit(monkeypatch, start, infill, max_new_tokens, message):
+    for name, value in dict(start=start, infill=infill, max_new_tokens=max_new_tokens).items():
+        monkeypatch.setattr(sample, name, value)
+    with pytest.raises(SystemExit, match=message):
+        sample.prompt_tokens(lambda text: [1] * len(text), block_size=16)
+
+
+# -----------------------------------------------------------------------------
+# the command line, on a checkpoint trained here
+
+@pytest.fixture(scope='module')
+def checkpoint(workdir):
+    run_script('train.py', *TINY, '--out_dir=out-sample', '--max_iters=30', '--eval_interval=30',
+               '--learning_rate=3e-3', cwd=workdir)
+    return workdir
+
+
+def samples(stdout):
+    """The printed samples: what follows the override lines, each ended by a line of dashes."""
+    text = ''.join(line for line in stdout.splitlines(keepends=True) if not line.startswith('override: '))
+    return text.split('\n---------------\n')[:-1]
+
+
+@pytest.mark.parametrize('args,prefix', [
+    (['--order=l2r', '--start=ROMEO:'], 'ROMEO:'),
+    (['--order=confidence', '--confidence=entropy', '--steps=8', '--schedule=cosine', '--top_k=10', '--top_p=0.9',
+      '--start=FILE:prompt.txt'], 'KING:\n'),
+])
+def test_cli_samples(checkpoint, args, prefix):
+    (checkpoint / 'prompt.txt').write_text('KING:\n')
+    out = run_script('sample.py', '--out_dir=out-sample', '--num_samples=2', '--device=cpu', *args, cwd=checkpoint)
+    texts = samples(out.stdout)
+    assert len(texts) == 2 and all(len(t) == 32 and t.startswith(prefix) for t in texts), out.stdout
+
+
+def test_cli_infill(checkpoint):
+    out = run_script('sample.py', '--out_dir=out-sample', '--num_samples=3', '--device=cpu', '--order=random',
+                     '--steps=4', '--infill=ROMEO:[MASK:10] the [MASK:5].', cwd=checkpoint)
+    texts = samples(out.stdout)
+    assert len(texts) == 3
+    for t in texts:
+        assert len(t) == 27 and t[:6] == 'ROMEO:' and t[16:21] == ' the ' and t[26] == '.', t
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--start=ROMEO{}'], "characters not in the vocabulary of shakespeare_char: '{', '}'"),
+    (['--steps=33'], '--steps must be an int from 1 to the 32 tokens to generate, got 33'),
+])
+def test_cli_bad_input_is_one_line(checkpoint, args, message):
+    out = run_script('sample.py', '--out_dir=out-sample', '--device=cpu', *args, cwd=checkpoint, check=False)
+    assert out.returncode != 0
+    assert out.stderr.startswith(f'error: {message}'), out.stderr
+    assert 'Traceback' not in out.stderr and len(out.stderr.strip().splitlines()) == 1
