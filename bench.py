@@ -14,9 +14,10 @@ eval ensemble: eval_ppl.py's fast ensemble (M=8) against the authors' one full f
 
 sampling: sample.py's cached any-order sampler against the same model sampled encoder-style (no
 cache: every step runs the model over the whole decoded prefix), at block size `sample_block_size`
-for each of `sample_steps` (a comma list; empty skips it); then tokens/s of order=l2r vs random at
+for each of `sample_steps` (a comma list); then tokens/s of order=l2r vs random at
 one token per step, and the cost of order=confidence vs random at the smallest of `sample_steps`.
-The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look.
+The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
+--run=train (or eval, sample, a comma list) for only some of the benchmarks.
 """
 import math
 import time
@@ -40,6 +41,7 @@ batch_size = 4
 vocab_size = 50304
 steps = 4  # timed training steps per round
 rounds = 5
+run = 'train,eval,sample'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
@@ -188,7 +190,8 @@ def bench_sampling():
           f'(confidence/random: {confidence / random:.1f}x)')
 
 
-bench_training()
-bench_eval()
-if sample_steps:
-    bench_sampling()
+benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling}
+for name in run.split(','):
+    if name not in benchmarks:
+        raise SystemExit(f"error: --run takes a comma list of {', '.join(benchmarks)}, got {name!r}")
+    benchmarks[name]()
