@@ -65,6 +65,11 @@ def configure(namespace, keys, argv=None, doc=None):
     return overrides
 
 
+def fail(message):
+    """Stop a script with a one-line error (no traceback)."""
+    raise SystemExit(f'error: {message}')
+
+
 def read_config_file(path):
     """Run a python config file and return its plain public values by name."""
     if not os.path.isfile(path):

@@ -41,6 +41,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
+from configurator import fail
 from model import load_checkpoint
 
 # -----------------------------------------------------------------------------
@@ -63,10 +64,6 @@ config_keys = [k for k, v in globals().items() if not k.startswith('_') and isin
 LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
 BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
-
-
-def fail(message):
-    raise SystemExit(f'error: {message}')
 
 
 # -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from contextlib import nullcontext
 import torch
 from tqdm import tqdm
 
+from configurator import fail
 from model import KVCache, decode_step, load_checkpoint
 
 # -----------------------------------------------------------------------------
@@ -139,10 +140,6 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
 
 # -----------------------------------------------------------------------------
 # command line: tokenizer, prompts, checks
-
-def fail(message):
-    raise SystemExit(f'error: {message}')
-
 
 def load_tokenizer(checkpoint):
     """encode, decode: the char vocabulary of the training dataset if it has one, else GPT-2 BPE."""

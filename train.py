@@ -78,14 +78,10 @@ seed = 1337
 peak_flops = 989e12  # per device, for MFU: H100 bf16 dense
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from configurator import configure  # noqa: E402
+from configurator import configure, fail  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
 config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
-
-
-def fail(message):
-    raise SystemExit(f'error: {message}')
 
 
 if order not in ORDER_MODES:
