@@ -21,7 +21,6 @@ The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick 
 """
 import math
 import time
-from contextlib import nullcontext
 
 import torch
 
@@ -45,9 +44,21 @@ run = 'train,eval,sample'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from configurator import configure  # noqa: E402
+from common import autocast, check_device  # noqa: E402
+from configurator import at_least, check_settings, configure, fail  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
 # -----------------------------------------------------------------------------
+BENCHMARKS = ('train', 'eval', 'sample')
+check_settings(globals(), {
+    **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'steps',
+                     'rounds', 'sample_block_size'], at_least(1)),
+    'run': (lambda v: v and set(v.split(',')) <= set(BENCHMARKS), f"a comma list of {', '.join(BENCHMARKS)}"),
+    'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
+                     f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
+})
+if n_embd % n_head:
+    fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
+check_device(device, dtype)
 
 
 def sync():
@@ -57,8 +68,8 @@ def sync():
 
 def bench_training():
     torch.manual_seed(seed)
-    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
-    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
+    device_type = torch.device(device).type
+    ctx = autocast(device, dtype)
     model = GPT(GPTConfig(block_size=block_size, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
                           n_embd=n_embd, cond_dim=cond_dim)).to(device)
     optimizer = model.configure_optimizers(0.05, 1e-4, (0.9, 0.95), device_type)
@@ -155,8 +166,7 @@ def sample_uncached(model, x, n_steps, generator, cache_dtype):
 
 def bench_sampling():
     torch.manual_seed(seed)
-    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
-    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
+    ctx = autocast(device, dtype)
     T = sample_block_size
     model = GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
                           cond_dim=cond_dim)).to(device).eval()
@@ -192,6 +202,4 @@ def bench_sampling():
 
 benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling}
 for name in run.split(','):
-    if name not in benchmarks:
-        raise SystemExit(f"error: --run takes a comma list of {', '.join(benchmarks)}, got {name!r}")
     benchmarks[name]()

@@ -19,10 +19,12 @@ Arguments are applied left to right, so a later one wins:
 - --key alone sets a bool setting to True
 - --help or -h lists every setting with its default and exits
 
-A mistake (unknown key, bad value, missing file) stops the script with one line on stderr.
+A mistake (unknown key, bad value, missing or broken file) stops the script with one line on
+stderr; under torchrun only rank 0 prints it. check_settings() checks ranges the same way.
 """
 import ast
 import difflib
+import math
 import os
 import sys
 
@@ -45,7 +47,7 @@ def configure(namespace, keys, argv=None, doc=None):
     while args:
         arg = args.pop(0)
         if not arg.startswith('--'):
-            for key, value in read_config_file(arg).items():
+            for key, value in read_config_file(arg, keys).items():
                 check_key(key, keys, where=f' in {arg}')
                 overrides[key] = check_value(f'{key} in {arg}', value, namespace[key])
             continue
@@ -57,26 +59,44 @@ def configure(namespace, keys, argv=None, doc=None):
             elif isinstance(namespace[key], bool):
                 text = 'true'  # --flag alone switches a bool on
             else:
-                raise SystemExit(f'error: --{key} needs a value')
+                fail(f'--{key} needs a value')
         overrides[key] = parse_text(key, text, namespace[key])
-    for key, value in overrides.items():
-        print(f'override: {key} = {value!r}')
+    if rank() == 0:
+        for key, value in overrides.items():
+            print(f'override: {key} = {value!r}')
     namespace.update(overrides)
     return overrides
 
 
+def rank():
+    """This process's rank under torchrun, 0 otherwise."""
+    return int(os.environ.get('RANK', 0))
+
+
 def fail(message):
-    """Stop a script with a one-line error (no traceback)."""
-    raise SystemExit(f'error: {message}')
+    """Stop a script with a one-line error (no traceback); under torchrun only rank 0 says it."""
+    raise SystemExit(f'error: {message}' if rank() == 0 else 1)
 
 
-def read_config_file(path):
-    """Run a python config file and return its plain public values by name."""
+def read_config_file(path, keys=()):
+    """Run a python config file and return its plain public values by name.
+
+    A value of another type (a list, say) under the name of a setting is an error, not ignored.
+    """
     if not os.path.isfile(path):
-        raise SystemExit(f"error: config file '{path}' not found")
-    with open(path) as f:
-        scope = {'__file__': path}
-        exec(compile(f.read(), path, 'exec'), scope)
+        fail(f"config file '{path}' not found")
+    scope = {'__file__': path}
+    try:
+        with open(path) as f:
+            exec(compile(f.read(), path, 'exec'), scope)
+    except SyntaxError as e:
+        fail(f'config file {path}, line {e.lineno}: {e.msg}')
+    except Exception as e:  # the file is user code: report whatever it raised in one line
+        fail(f'config file {path} failed: {type(e).__name__}: {e}')
+    for key in keys:
+        if key in scope and not isinstance(scope[key], PLAIN_TYPES):
+            fail(f'{key} in {path} must be a plain value (int, float, bool, str or None), '
+                 f'got {type(scope[key]).__name__}')
     return {k: v for k, v in scope.items() if not k.startswith('_') and isinstance(v, PLAIN_TYPES)}
 
 
@@ -85,7 +105,7 @@ def check_key(key, keys, where=''):
         return
     close = difflib.get_close_matches(key, keys, n=1)
     hint = f"did you mean '{close[0]}'?" if close else 'run with --help to list the keys'
-    raise SystemExit(f"error: unknown config key '{key}'{where} ({hint})")
+    fail(f"unknown config key '{key}'{where} ({hint})")
 
 
 def parse_text(key, text, default):
@@ -93,7 +113,7 @@ def parse_text(key, text, default):
     if isinstance(default, bool):  # before int: bool is a subclass of int
         word = text.lower()
         if word not in TRUE_WORDS | FALSE_WORDS:
-            raise SystemExit(f'error: --{key} expects a bool (true/false), got {text!r}')
+            fail(f'--{key} expects a bool (true/false), got {text!r}')
         return word in TRUE_WORDS
     if isinstance(default, int):
         try:
@@ -105,13 +125,16 @@ def parse_text(key, text, default):
         except ValueError:
             number = None
         if number is None or not number.is_integer():
-            raise SystemExit(f'error: --{key} expects an int, got {text!r}')
+            fail(f'--{key} expects an int, got {text!r}')
         return int(number)
     if isinstance(default, float):
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
-            raise SystemExit(f'error: --{key} expects a float, got {text!r}') from None
+            number = math.nan
+        if not math.isfinite(number):
+            fail(f'--{key} expects a finite float, got {text!r}')
+        return number
     if isinstance(default, str):
         return text
     try:  # a None default says nothing about the type, so take a python literal if it is one
@@ -129,13 +152,46 @@ def check_value(name, value, default):
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         value = float(value) if ok else value
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise SystemExit(f'error: {name} expects {article(type(default).__name__)}, got {value!r}')
+        fail(f'{name} expects {article(type(default).__name__)}, got {value!r}')
     return value
+
+
+def check_settings(namespace, rules):
+    """Fail with one line on the first setting that breaks its rule; rules: {key: (test, what)}."""
+    for key, (test, what) in rules.items():
+        value = namespace[key]
+        try:
+            ok = test(value)
+        except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
+            ok = False
+        if not ok:
+            fail(f'--{key} must be {what}, got {value!r}')
+
+
+def at_least(low):
+    return (lambda v: v >= low), f'at least {low}'
+
+
+def above(low):
+    return (lambda v: v > low), f'> {low}'
+
+
+def between(low, high):
+    return (lambda v: low <= v <= high), f'in [{low}, {high}]'
+
+
+def one_of(*choices):
+    return (lambda v: v in choices), f"one of {', '.join(map(str, choices))}"
+
+
+def optional_int(low):
+    """None, or an int >= low (the settings whose None default means 'automatic')."""
+    return (lambda v: v is None or (type(v) is int and v >= low)), f'None or an int >= {low}'
 
 
 def article(type_name):

@@ -5,6 +5,10 @@ Zero-shot perplexity of a checkpoint, left-to-right, any-order, and ensembled ov
     python eval_ppl.py --out_dir=out --dataset=wikitext2,ptb,lambada,lm1b --ensemble 8
     python eval_ppl.py --out_dir=out --dataset=wikitext2 --data_dir=../shared/data   # local copies
     python eval_ppl.py --out_dir=out --data_file=my_text.jsonl --out_json=ppl.json
+    python eval_ppl.py --init_from=hf:Cauthyyy/AO-GPT-MDM/<file>.pt --dataset=lambada --ensemble 8
+
+init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
+Hugging Face Hub file hf:owner/repo/path; the EMA weights are evaluated.
 
 Protocol (AO-GPT paper): each document is detokenized, GPT-2 BPE encoded and followed by an
 end-of-text token; the documents are concatenated and cut into block_size chunks (the remainder is
@@ -33,7 +37,6 @@ import os
 import pickle
 import re
 import time
-from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -41,11 +44,14 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from configurator import fail
+from common import (autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
+                    default_device, default_dtype)
+from configurator import above, at_least, check_settings, fail, one_of
 from model import load_checkpoint
 
 # -----------------------------------------------------------------------------
-out_dir = 'out-shakespeare-char'  # reads out_dir/ckpt.pt (EMA weights)
+init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
+out_dir = 'out-shakespeare-char'
 dataset = 'shakespeare_char'  # one name or several, comma-separated
 data_file = ''  # a local .txt/.jsonl/.bin file to evaluate instead of --dataset
 data_dir = ''  # '': the Hub / URL; else a folder holding local copies (e.g. ../shared/data)
@@ -56,13 +62,14 @@ max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
 max_tokens = 32768  # slots per forward pass, which bounds memory
 seed = 1337
 out_json = ''
-device = 'cuda' if torch.cuda.is_available() else 'cpu'
-dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'
+device = default_device()
+dtype = default_dtype()
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 # -----------------------------------------------------------------------------
 
 LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
 BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
+SPLITS = ('test', 'validation', 'train')
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
 
 
@@ -123,11 +130,26 @@ KNOWN = (*SETS, *BIN_SETS)
 
 
 def read_text_file(path):
-    """Documents of a local .txt (one per line) or .jsonl ({"text": ...} per line), via `datasets`."""
-    from datasets import disable_progress_bars, load_dataset
-    disable_progress_bars()  # a local read is instant; keep stderr for errors
-    builder = 'json' if path.endswith('.jsonl') else 'text'
-    return load_dataset(builder, data_files=path, split='train')['text']
+    """Documents of a local .txt (one per line) or .jsonl ({"text": ...} per line)."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        fail(f'{path} is not UTF-8 text (invalid byte at offset {e.start}); convert it to UTF-8')
+    if not path.endswith('.jsonl'):
+        return lines
+    documents = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            fail(f'{path} line {number} is not JSON ({e.msg}); a .jsonl file holds one {{"text": ...}} per line')
+        if not isinstance(record, dict) or not isinstance(record.get('text'), str):
+            fail(f'{path} line {number} has no "text" string; a .jsonl file holds one {{"text": ...}} per line')
+        documents.append(record['text'])
+    return documents
 
 
 def download(url):
@@ -188,19 +210,28 @@ def chunk(ids, n):
 
 
 def load_tokens(name):
-    """(token stream, vocabulary size it needs) of a named set or of --data_file."""
+    """(token stream, its tokenizer: 'gpt2' or a char vocabulary string) of a named set or --data_file."""
     if name in BIN_SETS or name.endswith('.bin'):
         path = name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
         if not os.path.exists(path):
             fail(f'{path} not found' + ('' if name.endswith('.bin') else f': run python data/{name}/prepare.py'))
+        if os.path.getsize(path) == 0 or os.path.getsize(path) % 2:
+            fail(f'{path} is not a token file: expected uint16 token ids, got {os.path.getsize(path)} bytes')
         meta = os.path.join(os.path.dirname(path), 'meta.pkl')
-        vocab = pickle.load(open(meta, 'rb'))['vocab_size'] if os.path.exists(meta) else 50257
+        vocab = char_vocabulary(pickle.load(open(meta, 'rb'))) if os.path.exists(meta) else 'gpt2'
         return np.memmap(path, dtype=np.uint16, mode='r'), vocab
-    if name == data_file:
-        if not os.path.exists(name):
-            fail(f'{name} not found')
-        return encode_documents(read_text_file(name)), 50257
-    return encode_documents(load_documents(name), SETS[name][2]), 50257
+    documents = read_text_file(name) if name == data_file else load_documents(name)
+    if not any(text.strip() for text in documents):
+        fail(f'{name} holds no text')
+    return encode_documents(documents, None if name == data_file else SETS[name][2]), 'gpt2'
+
+
+def check_tokens(name, ids, vocab, model_vocab, vocab_size):
+    """Fail unless the checkpoint reads this set's tokens: the same tokenizer, every id in range."""
+    check_vocab(model_vocab, vocab, name)
+    top = int(ids.max())
+    if top >= vocab_size:
+        fail(f'{name} holds token id {top} but the checkpoint has only {vocab_size} tokens')
 
 
 # -----------------------------------------------------------------------------
@@ -269,6 +300,7 @@ def ensemble_sizes(m):
     return [2 ** k for k in range(int(math.log2(m)) + 1)] + ([m] if m & (m - 1) else [])
 
 
+@torch.no_grad()  # the kept per-token results must not hold each chunk's graph
 def evaluate(model, chunks, ctx, desc):
     """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n)."""
     l2r, members = [], []
@@ -293,39 +325,52 @@ def perplexities(l2r, members):
     return ppl
 
 
-def main():
-    if ensemble < 1:
-        fail(f'--ensemble must be at least 1, got {ensemble}')
-    if max_tokens < 1:
-        fail(f'--max_tokens must be positive, got {max_tokens}')
-    names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
+def check_inputs(names):
+    """Everything that can be checked before any work: settings, device, names, output folder."""
+    check_settings(globals(), {'ensemble': at_least(1), 'max_tokens': at_least(1), 'max_chunks': at_least(0),
+                               'block_size': at_least(0), 'split': one_of(*SPLITS)})
+    check_device(device, dtype)
+    if not names:
+        fail('--dataset is empty: name one or more sets, comma-separated, or pass --data_file=path')
     for name in names:
         if name != data_file and name not in KNOWN:
             fail(f"unknown dataset {name!r}; known: {', '.join(KNOWN)} (or --data_file=path)")
-    model, _ = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
+    if data_file and not os.path.isfile(data_file):
+        fail(f'{data_file} not found')
+    if data_file and not data_file.endswith(('.txt', '.jsonl', '.bin')):
+        fail(f'--data_file must be a .txt, .jsonl or .bin file, got {data_file}')
+    if out_json and not os.path.isdir(os.path.dirname(os.path.abspath(out_json))):
+        fail(f'--out_json={out_json}: its folder does not exist')
+
+
+def main():
+    names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
+    check_inputs(names)
+    path = checkpoint_path(init_from, out_dir)
+    model, checkpoint = load_checkpoint(path, device)
     n = block_size or model.config.block_size
     if n > model.config.block_size:
         fail(f'--block_size={n} is larger than the checkpoint\'s block_size {model.config.block_size}')
-    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
-    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
-    results = {}
-    for name in names:
-        t0 = time.time()
+    model_vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
+    streams = {}
+    for name in names:  # read and check every set before evaluating any
         ids, vocab = load_tokens(name)
-        chunks = chunk(ids, n)
-        if len(chunks) == 0:
+        check_tokens(name, ids, vocab, model_vocab, model.config.vocab_size)
+        if len(ids) < n:
             fail(f'{name} has {len(ids)} tokens, fewer than one block of {n}')
-        if vocab > model.config.vocab_size:
-            fail(f'{name} needs a vocabulary of {vocab} tokens but the checkpoint has {model.config.vocab_size}')
-        chunks = chunks[:max_chunks or None]
-        ppl = perplexities(*evaluate(model, chunks, ctx, name))
+        streams[name] = ids
+    results = {}
+    for name, ids in streams.items():
+        t0 = time.time()
+        chunks = chunk(ids, n)[:max_chunks or None]
+        ppl = perplexities(*evaluate(model, chunks, autocast(device, dtype), name))
         results[name] = dict(split=split, tokens=chunks.numel(), chunks=len(chunks), ppl=ppl,
                              seconds=round(time.time() - t0, 2))
     print_table(results)
     if out_json:
         with open(out_json, 'w') as f:
-            json.dump(dict(checkpoint=os.path.join(out_dir, 'ckpt.pt'), block_size=n, ensemble=ensemble,
-                           seed=seed, dtype=dtype, results=results), f, indent=2)
+            json.dump(dict(checkpoint=path, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype,
+                           results=results), f, indent=2)
         print(f'wrote {out_json}')
 
 

@@ -346,16 +346,33 @@ def reference_state_dict(checkpoint, use_ema=True):
     return dict(zip(raw.keys(), shadow))
 
 
+def one_line(error, limit=300):
+    """An exception as one short line, for error messages."""
+    text = ' '.join(str(error).split())
+    return f'{type(error).__name__}: {text[:limit]}' + ('...' if len(text) > limit else '')
+
+
 def load_checkpoint(path, device='cpu', use_ema=True):
-    """A GPT (eval mode) from one of our checkpoints or one of the authors' released ones."""
+    """A GPT (eval mode) and the checkpoint dict, from one of our checkpoints or the authors' ones.
+
+    A missing, truncated or foreign file stops with a one-line error.
+    """
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:
         raise SystemExit(f'error: checkpoint {path} not found')
-    if 'ema_model' in checkpoint:  # the authors' format
-        state = reference_state_dict(checkpoint, use_ema)
-    else:
-        state = checkpoint['ema'] if use_ema else checkpoint['model']
-    model = GPT(GPTConfig(**checkpoint['model_args']))
-    model.load_state_dict(state)
+    except Exception as e:  # truncated, not a torch file, or pickled objects other than tensors
+        raise SystemExit(f'error: {path} is not a readable checkpoint: truncated, or not written by '
+                         f'torch.save ({type(e).__name__})')
+    if not isinstance(checkpoint, dict) or not {'model', 'model_args'} <= checkpoint.keys():
+        raise SystemExit(f"error: {path} is not an AO-GPT checkpoint (no 'model' and 'model_args' in it)")
+    try:
+        if 'ema_model' in checkpoint:  # the authors' format
+            state = reference_state_dict(checkpoint, use_ema)
+        else:
+            state = checkpoint['ema'] if use_ema else checkpoint['model']
+        model = GPT(GPTConfig(**checkpoint['model_args']))
+        model.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise SystemExit(f'error: {path} does not hold a model this code can build ({one_line(e)})')
     return model.to(device).eval(), checkpoint

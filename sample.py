@@ -12,22 +12,21 @@ order: 'random', 'l2r' (plain autoregressive decoding) or 'confidence' (each ste
 masked position in one cached pass and decodes the most confident ones, by highest max-probability
 or lowest entropy, see `confidence`). start: a prefix (or FILE:path); infill: a template whose
 `mask_token` markers are generated ([MASK] is one token, [MASK:5] five) around the known text.
-init_from: 'resume' (out_dir/ckpt.pt) or the path of a checkpoint, ours or the authors' format.
+init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), or
+a Hugging Face Hub file hf:owner/repo/path. Character-level checkpoints carry their vocabulary.
 """
 import math
-import os
-import pickle
 import re
-from contextlib import nullcontext
 
 import torch
 from tqdm import tqdm
 
-from configurator import fail
+from common import autocast, check_device, checkpoint_path, default_device, default_dtype, load_tokenizer
+from configurator import check_settings, fail, one_of, optional_int
 from model import KVCache, decode_step, load_checkpoint
 
 # -----------------------------------------------------------------------------
-init_from = 'resume'
+init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
 out_dir = 'out-shakespeare-char'
 use_ema = True  # the EMA weights, as evaluated during training
 start = ''  # a prefix, or FILE:path to read it from
@@ -43,8 +42,8 @@ temperature = 1.0  # 0: greedy
 top_k = None  # sample from the top_k most likely tokens only
 top_p = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
 seed = 1337
-device = 'cuda' if torch.cuda.is_available() else 'cpu'
-dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'
+device = default_device()
+dtype = default_dtype()
 compile = False
 # -----------------------------------------------------------------------------
 SCHEDULES = ('linear', 'cosine')
@@ -141,28 +140,6 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
 # -----------------------------------------------------------------------------
 # command line: tokenizer, prompts, checks
 
-def load_tokenizer(checkpoint):
-    """encode, decode: the char vocabulary of the training dataset if it has one, else GPT-2 BPE."""
-    dataset = checkpoint.get('config', {}).get('dataset')
-    meta_path = os.path.join('data', dataset, 'meta.pkl') if dataset else None
-    if meta_path and os.path.exists(meta_path):
-        with open(meta_path, 'rb') as f:
-            meta = pickle.load(f)
-        stoi, itos = meta['stoi'], meta['itos']
-
-        def encode(text):
-            unknown = sorted(set(text) - set(stoi))
-            if unknown:
-                fail(f'characters not in the vocabulary of {dataset}: {", ".join(map(repr, unknown))}')
-            return [stoi[c] for c in text]
-        return encode, lambda ids: ''.join(itos[i] for i in ids)
-    import tiktoken
-    enc = tiktoken.get_encoding('gpt2')
-    # ids past GPT-2's 50257 are padding of the embedding table and have no text
-    return (lambda text: enc.encode(text, allowed_special={'<|endoftext|>'}),
-            lambda ids: enc.decode([i for i in ids if i < enc.n_vocab]))
-
-
 def parse_infill(template, marker, encode):
     """Token ids and a known-mask for an infill template: marker is one masked token, and with a
     count before its last character (e.g. [MASK:5]) that many."""
@@ -182,25 +159,15 @@ def parse_infill(template, marker, encode):
     return ids + text, known + [True] * len(text)
 
 
-def check_settings():
-    if order not in ORDERS:
-        fail(f"--order must be one of {', '.join(ORDERS)}, got {order!r}")
-    if confidence not in CONFIDENCES:
-        fail(f"--confidence must be one of {', '.join(CONFIDENCES)}, got {confidence!r}")
-    if schedule not in SCHEDULES:
-        fail(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    if temperature < 0:
-        fail(f'--temperature must be >= 0 (0 is greedy), got {temperature}')
-    if not 0 < top_p <= 1:
-        fail(f'--top_p must be in (0, 1], got {top_p}')
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        fail(f'--top_k must be a positive int or None, got {top_k!r}')
-    if not isinstance(num_samples, int) or num_samples < 1:
-        fail(f'--num_samples must be a positive int, got {num_samples!r}')
-    if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
-        fail(f'--max_new_tokens must be a positive int or None, got {max_new_tokens!r}')
-    if dtype not in ('float32', 'bfloat16', 'float16'):
-        fail(f'--dtype must be float32, bfloat16 or float16, got {dtype!r}')
+def check_inputs():
+    check_settings(globals(), {
+        'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
+        'temperature': (lambda v: v >= 0, '>= 0 (0 is greedy)'), 'top_p': (lambda v: 0 < v <= 1, 'in (0, 1]'),
+        'top_k': optional_int(1), 'num_samples': (lambda v: type(v) is int and v >= 1, 'an int >= 1'),
+        'max_new_tokens': optional_int(1), 'steps': optional_int(1),
+        'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
+    })
+    check_device(device, dtype)
 
 
 def prompt_tokens(encode, block_size):
@@ -215,8 +182,8 @@ def prompt_tokens(encode, block_size):
         try:
             with open(text[5:], encoding='utf-8') as f:
                 text = f.read()
-        except OSError as e:
-            fail(f'cannot read the prompt file: {e}')
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f'cannot read the prompt file {text[5:]} as UTF-8 text ({type(e).__name__}: {e})')
     prefix = encode(text)
     if len(prefix) >= block_size:
         fail(f'the prompt is {len(prefix)} tokens long and leaves no room in block_size {block_size}')
@@ -227,24 +194,21 @@ def prompt_tokens(encode, block_size):
 
 
 def main():
-    path = os.path.join(out_dir, 'ckpt.pt') if init_from == 'resume' else init_from
-    check_settings()
-    model, checkpoint = load_checkpoint(path, device, use_ema)
+    check_inputs()
+    model, checkpoint = load_checkpoint(checkpoint_path(init_from, out_dir), device, use_ema)
     block_size = model.config.block_size
-    encode, decode = load_tokenizer(checkpoint)
+    encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
     ids, known = prompt_tokens(encode, block_size)
     n = known.count(False)
     n_steps = n if steps is None else steps
     if not isinstance(n_steps, int) or not 1 <= n_steps <= n:
         fail(f'--steps must be an int from 1 to the {n} tokens to generate, got {steps!r}')
 
-    device_type = 'cuda' if device.startswith('cuda') else 'cpu'
-    ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=getattr(torch, dtype))
     if compile:
         model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
-    with ctx:
+    with autocast(device, dtype):
         x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, schedule, order, confidence,
                         temperature, top_k, top_p, generator, progress=True)
     for row in x.tolist():

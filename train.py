@@ -9,22 +9,25 @@ With DDP on the GPUs of one node (or `torchrun train.py ...` for a single proces
     torchrun --standalone --nproc_per_node=8 train.py config/train_ao_gpt_small.py
 
 Any setting below can be overridden by a config file and by --key=value; --help lists them.
-init_from: 'scratch', 'resume' (out_dir/ckpt.pt, exactly where it stopped), or the path of a
-checkpoint (ours or the authors' released format) whose EMA weights start a new run.
+init_from: 'scratch', 'resume' (out_dir/ckpt.pt, exactly where it stopped), or a checkpoint (a
+path or hf:owner/repo/path, ours or the authors' released format) whose EMA weights start a new run.
+A scratch run refuses an out_dir that already holds a ckpt.pt unless --overwrite=True.
+--eval_only evaluates the checkpoint (out_dir/ckpt.pt, or init_from) and writes nothing.
 """
 import json
 import math
 import os
 import pickle
 import time
-from contextlib import nullcontext
 
 import numpy as np
 import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from model import GPT, GPTConfig, ORDER_MODES, load_checkpoint, make_ema, make_fixed_order, sample_orders
+from common import (autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
+                    default_device, default_dtype)
+from model import GPT, GPTConfig, ORDER_MODES, TARGET_INJECTIONS, load_checkpoint, make_ema, make_fixed_order, sample_orders
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -33,8 +36,9 @@ out_dir = 'out'
 eval_interval = 2000
 log_interval = 10
 eval_iters = 200
-eval_only = False  # evaluate once and exit
-init_from = 'scratch'
+eval_only = False  # evaluate the checkpoint once and exit
+init_from = 'scratch'  # 'scratch', 'resume', or a checkpoint path / hf:owner/repo/path
+overwrite = False  # let a scratch run replace the checkpoint already in out_dir
 # wandb logging
 wandb_log = False
 wandb_project = 'ao-gpt'
@@ -71,54 +75,42 @@ min_lr = 6e-5
 # EMA of the weights, used for evaluation and saved in checkpoints
 ema_decay = 0.9999
 # system
-device = 'cuda' if torch.cuda.is_available() else 'cpu'  # 'cpu', 'cuda', 'cuda:1', 'mps'
-dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'  # or 'float16'
+device = default_device()  # 'cpu', 'cuda', 'cuda:1', 'mps'
+dtype = default_dtype()  # 'float32', 'bfloat16' or 'float16'
 compile = torch.cuda.is_available()
 seed = 1337
 peak_flops = 989e12  # per device, for MFU: H100 bf16 dense
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from configurator import configure, fail  # noqa: E402
+from configurator import above, at_least, between, check_settings, configure, fail, one_of  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
 config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
+# every setting is checked before any work (and, under torchrun, before the processes meet)
 
+check_settings(globals(), {
+    **dict.fromkeys(['batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
+                     'eval_iters', 'n_layer', 'n_head', 'n_embd', 'cond_dim', 'order_block'], at_least(1)),
+    'max_iters': at_least(0), 'warmup_iters': at_least(0), 'lr_decay_iters': at_least(1),
+    'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
+    'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
+    'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
+})
+if decay_lr and lr_decay_iters <= warmup_iters:
+    fail(f'--lr_decay_iters ({lr_decay_iters}) must be larger than --warmup_iters ({warmup_iters})')
+if min_lr > learning_rate:
+    fail(f'--min_lr ({min_lr}) must not exceed --learning_rate ({learning_rate})')
+check_device(device, dtype)
+ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+if eval_only and init_from == 'scratch':
+    init_from = 'resume'  # evaluate the run in out_dir
+if init_from != 'resume' and not eval_only and os.path.exists(ckpt_path) and not overwrite:
+    fail(f'{ckpt_path} already exists: continue it with --init_from=resume, write elsewhere with '
+         f'--out_dir=..., or replace it with --overwrite=True')
+if init_from != 'scratch':
+    init_path = checkpoint_path(init_from, out_dir)
 
-if order not in ORDER_MODES:
-    fail(f"--order must be one of {', '.join(ORDER_MODES)}, got {order!r}")
-if dtype not in ('float32', 'bfloat16', 'float16'):
-    fail(f"--dtype must be float32, bfloat16 or float16, got {dtype!r}")
-if init_from == 'resume' and not os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
-    fail(f'--init_from=resume but {os.path.join(out_dir, "ckpt.pt")} does not exist')
-
-# distributed setup: torchrun sets RANK; one process per device
-ddp = int(os.environ.get('RANK', -1)) != -1 and int(os.environ.get('WORLD_SIZE', 1)) > 1
-if ddp:
-    init_process_group(backend='nccl' if device.startswith('cuda') else 'gloo')
-    ddp_rank, ddp_local_rank, ddp_world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
-    if device.startswith('cuda'):
-        device = f'cuda:{ddp_local_rank}'
-        torch.cuda.set_device(device)
-    if gradient_accumulation_steps % ddp_world_size:
-        fail(f'gradient_accumulation_steps ({gradient_accumulation_steps}) must be divisible by '
-             f'the number of processes ({ddp_world_size})')
-    gradient_accumulation_steps //= ddp_world_size
-else:
-    ddp_rank, ddp_world_size = 0, 1
-master_process = ddp_rank == 0
-tokens_per_iter = gradient_accumulation_steps * ddp_world_size * batch_size * block_size
-if master_process:
-    print(f'tokens per iteration: {tokens_per_iter:,}')
-    os.makedirs(out_dir, exist_ok=True)
-
-device_type = 'cuda' if device.startswith('cuda') else 'cpu'
-if device_type == 'cuda':
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
-ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type=device_type, dtype=ptdtype)
-
-# -----------------------------------------------------------------------------
 # data: uint16 token memmaps; a sequence is block_size tokens read in a sampled order
 data_dir = os.path.join('data', dataset)
 for split in ('train', 'val'):
@@ -127,6 +119,37 @@ for split in ('train', 'val'):
         fail(f'{path} not found: run python data/{dataset}/prepare.py first')
     if os.path.getsize(path) // 2 <= block_size:
         fail(f'{path} holds fewer than block_size={block_size} tokens: use a smaller --block_size')
+meta_path = os.path.join(data_dir, 'meta.pkl')
+vocab_size, data_vocab = 50304, 'gpt2'  # GPT-2 BPE unless the dataset has its own vocabulary
+if os.path.exists(meta_path):
+    with open(meta_path, 'rb') as f:
+        meta = pickle.load(f)
+    vocab_size, data_vocab = meta['vocab_size'], char_vocabulary(meta)
+
+# distributed setup: torchrun sets RANK; one process per device
+ddp = int(os.environ.get('RANK', -1)) != -1 and int(os.environ.get('WORLD_SIZE', 1)) > 1
+if ddp and gradient_accumulation_steps % int(os.environ['WORLD_SIZE']):
+    fail(f'gradient_accumulation_steps ({gradient_accumulation_steps}) must be divisible by the number of '
+         f'processes ({os.environ["WORLD_SIZE"]}): e.g. --gradient_accumulation_steps={os.environ["WORLD_SIZE"]}')
+if ddp:
+    init_process_group(backend='nccl' if device.startswith('cuda') else 'gloo')
+    ddp_rank, ddp_local_rank, ddp_world_size = (int(os.environ[k]) for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
+    if device.startswith('cuda'):
+        device = f'cuda:{ddp_local_rank}'
+        torch.cuda.set_device(device)
+    gradient_accumulation_steps //= ddp_world_size
+else:
+    ddp_rank, ddp_world_size = 0, 1
+master_process = ddp_rank == 0
+tokens_per_iter = gradient_accumulation_steps * ddp_world_size * batch_size * block_size
+if master_process:
+    print(f'tokens per iteration: {tokens_per_iter:,}')
+
+device_type = torch.device(device).type
+if device_type == 'cuda':
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+ctx = autocast(device, dtype)
 
 
 def get_batch(split, order_mode, generator=None):
@@ -148,11 +171,6 @@ def seed_iteration(iteration):
 
 # -----------------------------------------------------------------------------
 # model, optimizer, EMA
-meta_path = os.path.join(data_dir, 'meta.pkl')
-vocab_size = 50304
-if os.path.exists(meta_path):
-    with open(meta_path, 'rb') as f:
-        vocab_size = pickle.load(f)['vocab_size']
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_injection=target_injection)
 iter_num = 0
@@ -166,15 +184,19 @@ if init_from == 'scratch':
     except ValueError as e:
         fail(e)
 elif init_from == 'resume':
-    checkpoint = torch.load(os.path.join(out_dir, 'ckpt.pt'), map_location='cpu', weights_only=True)
+    model, checkpoint = load_checkpoint(init_path, use_ema=False)
+    if not {'ema', 'optimizer', 'iter_num'} <= checkpoint.keys():
+        fail(f'{init_path} was not written by train.py, so it cannot be resumed: start a new run from its '
+             f'weights with --init_from=<its path> and another --out_dir')
+    check_vocab(checkpoint_vocab(checkpoint, model.config.vocab_size), data_vocab, dataset)
+    model.train()
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's, whatever the flags say
-    model = GPT(GPTConfig(**model_args))
-    model.load_state_dict(checkpoint['model'])
     iter_num = checkpoint['iter_num']
     resumed_at = iter_num  # already evaluated and saved there
     fixed_order = checkpoint['fixed_order']
 else:
-    pretrained, _ = load_checkpoint(init_from)  # its EMA weights; the architecture is the checkpoint's
+    pretrained, pretrained_checkpoint = load_checkpoint(init_path)  # its EMA weights and architecture
+    check_vocab(checkpoint_vocab(pretrained_checkpoint, pretrained.config.vocab_size), data_vocab, dataset)
     model_args = {k: getattr(pretrained.config, k) for k in model_args} | {'dropout': dropout}
     model = GPT(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
@@ -243,11 +265,21 @@ def save_checkpoint():
         'model_args': model_args,
         'iter_num': iter_num,
         'fixed_order': fixed_order,
+        'vocab': data_vocab,  # what the token ids mean: 'gpt2' or the dataset's characters
         'config': config,
     }
-    path = os.path.join(out_dir, 'ckpt.pt')
-    torch.save(checkpoint, path + '.tmp')
-    os.replace(path + '.tmp', path)  # atomic: a crash mid-write never leaves a broken ckpt.pt
+    torch.save(checkpoint, ckpt_path + '.tmp')
+    os.replace(ckpt_path + '.tmp', ckpt_path)  # atomic: a crash mid-write never leaves a broken ckpt.pt
+
+
+def start_metrics():
+    """A new run starts a fresh metrics.jsonl; a resumed one keeps the records up to its checkpoint."""
+    kept = []
+    if init_from == 'resume' and os.path.exists(metrics_path):
+        with open(metrics_path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)['iter'] <= iter_num]
+    with open(metrics_path, 'w') as f:
+        f.writelines(kept)
 
 
 def stop_on_nonfinite(what, value):
@@ -256,7 +288,11 @@ def stop_on_nonfinite(what, value):
              f'{out_dir} is untouched (try a lower learning_rate, or dtype=bfloat16 instead of float16)')
 
 
-if wandb_log and master_process:
+metrics_path = os.path.join(out_dir, 'metrics.jsonl')
+if master_process and not eval_only:
+    os.makedirs(out_dir, exist_ok=True)
+    start_metrics()
+if wandb_log and master_process and not eval_only:
     import wandb
     wandb.init(project=wandb_project, name=wandb_run_name, config=config)
 
@@ -276,15 +312,17 @@ while True:
         losses = estimate_losses()
         print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
               f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}")
+        if eval_only:
+            break
         for name, value in losses.items():
             stop_on_nonfinite(f'EMA {name} loss', value)
         record = dict(iter=iter_num, elapsed=round(time.time() - start_time, 2), lr=lr,
                       tokens_per_sec=round(tokens_per_sec, 1), **losses)
-        with open(os.path.join(out_dir, 'metrics.jsonl'), 'a') as f:
+        with open(metrics_path, 'a') as f:
             f.write(json.dumps(record) + '\n')
         if wandb_log:
             wandb.log(record)
-        if iter_num > 0 and not eval_only:
+        if iter_num > 0:
             save_checkpoint()
             print(f'saved checkpoint to {out_dir}')
     if eval_only or iter_num >= max_iters:

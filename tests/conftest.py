@@ -1,5 +1,7 @@
 """Shared test setup: offline environment, paths to the repo and to ../shared."""
+import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -49,3 +51,51 @@ def run_script(script, *args, cwd, check=True, nproc=None):
     if check and result.returncode != 0:
         pytest.fail(f'{script} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}')
     return result
+
+
+# the tiny training run that the script tests share: small enough to train in seconds
+TINY = ['--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=32',
+        '--cond_dim=16', '--block_size=32', '--batch_size=8', '--gradient_accumulation_steps=1', '--eval_iters=2',
+        '--log_interval=5', '--warmup_iters=5']
+
+
+@pytest.fixture(scope='session')
+def char_ckpt(workdir):
+    """out_dir (relative to workdir) of a tiny char-level model trained briefly on tiny Shakespeare."""
+    run_script('train.py', *TINY, '--dataset=shakespeare_char', '--out_dir=out-char', '--max_iters=30',
+               '--eval_interval=30', '--learning_rate=3e-3', cwd=workdir)
+    return 'out-char'
+
+
+@pytest.fixture(scope='session')
+def bpe_ckpt(workdir):
+    """out_dir of a tiny GPT-2-BPE model trained briefly on data/webtext (the shared webtext snippets)."""
+    from datasets import Dataset, DatasetDict
+    from data.openwebtext.prepare import tokenize, write_bins
+    folder = workdir / 'data' / 'webtext'
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = [json.loads(line)['text'] for line in open(shared_path('data', 'webtext', 'webtext.valid.jsonl'))]
+    splits = DatasetDict(train=Dataset.from_dict({'text': texts[:600]}), val=Dataset.from_dict({'text': texts[600:700]}))
+    write_bins(tokenize(splits, num_proc=1), str(folder))
+    run_script('train.py', *TINY, '--dataset=webtext', '--out_dir=out-bpe', '--max_iters=10', '--eval_interval=10',
+               '--learning_rate=3e-3', cwd=workdir)
+    return 'out-bpe'
+
+
+def one_line_error(script, *args, cwd):
+    """Run a script in this process (fast: torch is already imported) and return the one-line
+    error it stops with; fail the test if it does not stop that way."""
+    old = os.getcwd()
+    os.chdir(cwd)
+    argv, sys.argv = sys.argv, [script, *args]
+    try:
+        runpy.run_path(os.path.join(ROOT, script), run_name='__main__')
+    except SystemExit as e:
+        message = str(e.code)
+    else:
+        pytest.fail(f'{script} {" ".join(args)} ran to the end instead of stopping with an error')
+    finally:
+        sys.argv = argv
+        os.chdir(old)
+    assert message.startswith('error: ') and '\n' not in message, message
+    return message

@@ -79,7 +79,9 @@ def test_values_follow_the_type_of_the_default():
 @pytest.mark.parametrize('arg, message', [
     ('--max_iters=abc', "error: --max_iters expects an int, got 'abc'"),
     ('--max_iters=2.5', "error: --max_iters expects an int, got '2.5'"),
-    ('--learning_rate=fast', "error: --learning_rate expects a float, got 'fast'"),
+    ('--learning_rate=fast', "error: --learning_rate expects a finite float, got 'fast'"),
+    ('--learning_rate=nan', "error: --learning_rate expects a finite float, got 'nan'"),
+    ('--learning_rate=-inf', "error: --learning_rate expects a finite float, got '-inf'"),
 ])
 def test_bad_numbers_are_errors(arg, message):
     assert error_of(arg) == message
@@ -133,6 +135,38 @@ def test_config_file_with_wrong_type_is_an_error(tmp_path):
     assert 'max_iters' in error_of(write(tmp_path, 'a.py', 'max_iters = 2.5\n'))
     assert 'max_iters' in error_of(write(tmp_path, 'b.py', 'max_iters = True\n'))
     assert 'compile' in error_of(write(tmp_path, 'c.py', 'compile = 1\n'))
+
+
+@pytest.mark.parametrize('source, message', [
+    ('max_iters = (\n', 'line 1'),  # a syntax error names the line
+    ('max_iters = 1 / 0\n', 'ZeroDivisionError: division by zero'),
+    ('max_iters = [1, 2]\n', 'max_iters in'),  # a list under a setting's name is not silently dropped
+    ("learning_rate = float('nan')\n", 'learning_rate in'),
+])
+def test_broken_config_file_is_one_line(tmp_path, source, message):
+    error = error_of(write(tmp_path, 'cfg.py', source))
+    assert message in error and '\n' not in error
+
+
+def test_check_settings():
+    from configurator import at_least, check_settings, one_of, optional_int
+    rules = {'max_iters': at_least(1), 'out_dir': one_of('out', 'runs'), 'init_from': optional_int(2)}
+    check_settings(dict(DEFAULTS), rules)
+    check_settings(dict(DEFAULTS, init_from=3), rules)
+    for bad, message in [(dict(max_iters=0), '--max_iters must be at least 1, got 0'),
+                         (dict(out_dir='x'), "--out_dir must be one of out, runs, got 'x'"),
+                         (dict(init_from='abc'), "--init_from must be None or an int >= 2, got 'abc'"),
+                         (dict(init_from=1), '--init_from must be None or an int >= 2, got 1')]:
+        with pytest.raises(SystemExit, match=f'^error: {message}$'):
+            check_settings(dict(DEFAULTS, **bad), rules)
+
+
+def test_only_rank_zero_speaks_under_torchrun(monkeypatch):
+    from configurator import fail
+    monkeypatch.setenv('RANK', '1')
+    with pytest.raises(SystemExit) as exc:
+        fail('bad')
+    assert exc.value.code == 1  # the exit status, no second copy of the message
 
 
 def test_missing_config_file():

@@ -6,7 +6,6 @@ import sample
 from conftest import run_script
 from sample import filter_probs, generate, parse_infill, step_sizes
 from test_model import tiny_model
-from test_train import TINY
 
 T = 16  # tiny_model's block_size
 KNOWN = {
@@ -141,21 +140,6 @@ def test_parse_infill():
         parse_infill('a[MASK:0]', '[MASK]', encode)
 
 
-@pytest.mark.parametrize('setting,value,message', [
-    ('temperature', -0.5, 'temperature must be >= 0'),
-    ('top_p', 0.0, 'top_p must be in'),
-    ('top_p', 1.5, 'top_p must be in'),
-    ('top_k', 0, 'top_k must be a positive'),
-    ('order', 'backwards', 'order must be one of'),
-    ('schedule', 'cubic', 'schedule must be one of'),
-    ('confidence', 'margin', 'confidence must be one of'),
-])
-def test_bad_settings(monkeypatch, setting, value, message):
-    monkeypatch.setattr(sample, setting, value)
-    with pytest.raises(SystemExit, match=f'^error: --{message}'):
-        sample.check_settings()
-
-
 @pytest.mark.parametrize('start,infill,max_new_tokens,message', [
     ('x' * 16, '', None, 'prompt is 16 tokens long and leaves no room'),
     ('abc', '', 14, 'output would be 3 \\+ 14 tokens'),
@@ -172,9 +156,7 @@ def test_prompts_that_do_not_fit(monkeypatch, start, infill, max_new_tokens, mes
 # the command line, on a checkpoint trained here
 
 @pytest.fixture(scope='module')
-def checkpoint(workdir):
-    run_script('train.py', *TINY, '--out_dir=out-sample', '--max_iters=30', '--eval_interval=30',
-               '--learning_rate=3e-3', cwd=workdir)
+def checkpoint(workdir, char_ckpt):
     return workdir
 
 
@@ -191,13 +173,13 @@ def samples(stdout):
 ])
 def test_cli_samples(checkpoint, args, prefix):
     (checkpoint / 'prompt.txt').write_text('KING:\n')
-    out = run_script('sample.py', '--out_dir=out-sample', '--num_samples=2', '--device=cpu', *args, cwd=checkpoint)
+    out = run_script('sample.py', '--out_dir=out-char', '--num_samples=2', '--device=cpu', *args, cwd=checkpoint)
     texts = samples(out.stdout)
     assert len(texts) == 2 and all(len(t) == 32 and t.startswith(prefix) for t in texts), out.stdout
 
 
 def test_cli_infill(checkpoint):
-    out = run_script('sample.py', '--out_dir=out-sample', '--num_samples=3', '--device=cpu', '--order=random',
+    out = run_script('sample.py', '--out_dir=out-char', '--num_samples=3', '--device=cpu', '--order=random',
                      '--steps=4', '--infill=ROMEO:[MASK:10] the [MASK:5].', cwd=checkpoint)
     texts = samples(out.stdout)
     assert len(texts) == 3
@@ -206,11 +188,19 @@ def test_cli_infill(checkpoint):
 
 
 @pytest.mark.parametrize('args,message', [
-    (['--start=ROMEO{}'], "characters not in the vocabulary of shakespeare_char: '{', '}'"),
+    (['--start=ROMEO{}'], "characters not in the vocabulary of the checkpoint: '{', '}'"),
     (['--steps=33'], '--steps must be an int from 1 to the 32 tokens to generate, got 33'),
 ])
 def test_cli_bad_input_is_one_line(checkpoint, args, message):
-    out = run_script('sample.py', '--out_dir=out-sample', '--device=cpu', *args, cwd=checkpoint, check=False)
+    out = run_script('sample.py', '--out_dir=out-char', '--device=cpu', *args, cwd=checkpoint, check=False)
     assert out.returncode != 0
     assert out.stderr.startswith(f'error: {message}'), out.stderr
     assert 'Traceback' not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_char_samples_decode_from_any_directory(checkpoint, tmp_path):
+    # the checkpoint carries its characters: no data/shakespeare_char/meta.pkl is needed here
+    out = run_script('sample.py', f'--init_from={checkpoint / "out-char" / "ckpt.pt"}', '--num_samples=2',
+                     '--device=cpu', '--order=l2r', '--start=ROMEO:', cwd=tmp_path)
+    texts = samples(out.stdout)
+    assert len(texts) == 2 and all(len(t) == 32 and t.startswith('ROMEO:') for t in texts), out.stdout

@@ -1,0 +1,129 @@
+"""
+What the scripts share besides the model: devices and dtypes, naming a checkpoint, tokenizers.
+
+Every script names its checkpoint the same way, with `init_from`:
+- 'resume': out_dir/ckpt.pt
+- a local path: one of our checkpoints or one of the authors' released ones
+- 'hf:owner/repo/path/in/repo': a file on the Hugging Face Hub, fetched once and cached by
+  huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>)
+"""
+import os
+from contextlib import nullcontext
+
+import torch
+
+from configurator import fail
+
+DTYPES = ('float32', 'bfloat16', 'float16')
+GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
+
+
+def default_device():
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+def default_dtype():
+    return 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'
+
+
+def check_device(device, dtype):
+    """Fail with one line unless `device` exists here and supports `dtype`."""
+    if dtype not in DTYPES:
+        fail(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        fail(f"--device must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
+    if kind == 'cuda':
+        index = torch.device(device).index or 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            fail(f'--device={device} but this machine has {torch.cuda.device_count()} CUDA device(s): use --device=cpu')
+        if dtype == 'bfloat16' and not torch.cuda.is_bf16_supported():
+            fail(f'{device} does not support bfloat16: use --dtype=float16 (or float32)')
+    elif kind == 'mps':
+        if not torch.backends.mps.is_available():
+            fail('--device=mps but MPS is not available here: use --device=cpu')
+    elif kind != 'cpu':
+        fail(f"--device must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
+
+
+def autocast(device, dtype):
+    """The mixed-precision context of a script: nothing for float32, else autocast to dtype."""
+    if dtype == 'float32':
+        return nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
+
+
+def checkpoint_path(init_from, out_dir):
+    """The local file that init_from names (see the module docstring); one-line error if there is none."""
+    if init_from == 'resume':
+        path = os.path.join(out_dir, 'ckpt.pt')
+        if not os.path.isfile(path):
+            fail(f'no checkpoint at {path}: train one there first, or pass --out_dir or --init_from=path')
+        return path
+    if init_from.startswith('hf:'):
+        return hub_file(init_from)
+    if not os.path.isfile(init_from):
+        fail(f"checkpoint {init_from} not found (init_from takes 'resume', a path, or hf:owner/repo/file)")
+    return init_from
+
+
+def hub_file(name):
+    """Fetch hf:owner/repo/path from the Hugging Face Hub into its cache; return the local path."""
+    owner, _, rest = name[3:].partition('/')
+    repo, _, filename = rest.partition('/')
+    if not (owner and repo and filename):
+        fail(f'{name} is not a Hub file name: use hf:owner/repo/path/in/repo')
+    try:
+        from huggingface_hub import hf_hub_download
+        return hf_hub_download(f'{owner}/{repo}', filename)
+    except Exception as e:  # the Hub raises many kinds (offline, missing repo or file, auth)
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        fail(f'could not fetch {filename} from the Hub repo {owner}/{repo} ({reason}); '
+             f'check the name, the network, or download it and pass its path')
+
+
+def char_vocabulary(meta):
+    """The characters of a char-level dataset's meta.pkl, as one string in id order."""
+    return ''.join(meta['itos'][i] for i in range(meta['vocab_size']))
+
+
+def checkpoint_vocab(checkpoint, vocab_size):
+    """What a checkpoint's token ids mean: its characters (one string, in id order), 'gpt2', or
+    None when it does not say (a small vocabulary saved without its characters)."""
+    if checkpoint.get('vocab') is not None:
+        return checkpoint['vocab']
+    return 'gpt2' if vocab_size >= GPT2_VOCAB else None
+
+
+def describe_vocab(vocab):
+    return 'GPT-2 BPE tokens' if vocab == 'gpt2' else f'the ids of a {len(vocab)}-character vocabulary'
+
+
+def check_vocab(model_vocab, data_vocab, name):
+    """Fail unless a checkpoint's tokens (checkpoint_vocab) are those of the data (chars or 'gpt2')."""
+    if model_vocab is not None and model_vocab != data_vocab:
+        fail(f'the checkpoint reads {describe_vocab(model_vocab)} but {name} holds {describe_vocab(data_vocab)}: '
+             f'use data made with the tokenizer of the checkpoint')
+
+
+def load_tokenizer(checkpoint, vocab_size):
+    """encode, decode for a checkpoint: its stored character vocabulary, else GPT-2 BPE."""
+    chars = checkpoint_vocab(checkpoint, vocab_size)
+    if chars is None:
+        fail(f'the checkpoint has a {vocab_size}-token vocabulary but does not store its characters, so its '
+             f'tokens cannot be decoded: retrain it with this version of train.py')
+    if chars != 'gpt2':
+        stoi = {c: i for i, c in enumerate(chars)}
+
+        def encode(text):
+            unknown = sorted(set(text) - set(stoi))
+            if unknown:
+                fail(f'characters not in the vocabulary of the checkpoint: {", ".join(map(repr, unknown))}')
+            return [stoi[c] for c in text]
+        return encode, lambda ids: ''.join(chars[i] for i in ids)
+    import tiktoken
+    enc = tiktoken.get_encoding('gpt2')
+    # ids past GPT-2's 50257 are padding of the embedding table and have no text
+    return (lambda text: enc.encode(text, allowed_special={'<|endoftext|>'}),
+            lambda ids: enc.decode([i for i in ids if i < enc.n_vocab]))

@@ -1,0 +1,211 @@
+"""What every script accepts: init_from (Hub names included) and, for each bad input, one line up front."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import conftest
+from conftest import one_line_error, run_script, shared_path
+
+AUTHORS = shared_path('fixtures', 'reference_parity_small.pt')  # the authors' format, 96 tokens, no vocab stored
+
+
+@pytest.fixture(scope='module')
+def files(workdir, char_ckpt):
+    """Broken and mismatched inputs, written once into workdir/bad/."""
+    bad = workdir / 'bad'
+    bad.mkdir(exist_ok=True)
+    (bad / 'truncated.pt').write_bytes((workdir / char_ckpt / 'ckpt.pt').read_bytes()[:5000])
+    (bad / 'notes.pt').write_text('not a checkpoint\n')
+    (bad / 'empty.txt').write_text('')
+    (bad / 'blank.txt').write_text('\n  \n')
+    (bad / 'words.txt').write_text('plain English words, far more than one block of thirty-two tokens. ' * 20)
+    (bad / 'latin1.txt').write_bytes('caf\xe9 au lait\n'.encode('latin-1'))
+    (bad / 'notext.jsonl').write_text('{"body": "hello"}\n')
+    (bad / 'nulltext.jsonl').write_text('{"text": "hello"}\n{"text": null}\n')
+    (bad / 'broken.jsonl').write_text('{"text": "hello"\n')
+    (bad / 'table.csv').write_text('a,b\n')
+    (bad / 'syntax.py').write_text('batch_size = 4\nlearning_rate = = 3\n')
+    (bad / 'raises.py').write_text('batch_size = 1 / 0\n')
+    (bad / 'listed.py').write_text('batch_size = [4, 8]\n')
+    np.arange(5000, dtype=np.uint16).tofile(bad / 'big_ids.bin')  # GPT-2-range ids, no meta.pkl beside it
+    (bad / 'odd.bin').write_bytes(b'\x01\x02\x03')
+    (bad / 'empty.bin').write_bytes(b'')
+    return 'bad'
+
+
+@pytest.fixture(scope='module')
+def hub_cache(workdir, char_ckpt, tmp_path_factory):
+    """A Hugging Face Hub cache holding hf:own/rep/runs/ckpt.pt (the char checkpoint), as a download leaves it."""
+    cache = tmp_path_factory.mktemp('hub')
+    commit = 'a' * 40
+    repo = cache / 'models--own--rep'
+    (repo / 'refs').mkdir(parents=True)
+    (repo / 'refs' / 'main').write_text(commit)
+    snapshot = repo / 'snapshots' / commit / 'runs'
+    snapshot.mkdir(parents=True)
+    shutil.copy(workdir / char_ckpt / 'ckpt.pt', snapshot / 'ckpt.pt')
+    return cache
+
+
+@pytest.mark.parametrize('script,args,check', [
+    ('sample.py', ['--num_samples=1', '--order=l2r', '--start=ROMEO:'], lambda out: 'ROMEO:' in out),
+    ('eval_ppl.py', ['--dataset=shakespeare_char', '--max_chunks=2', '--ensemble=2'],
+     lambda out: 'shakespeare_char' in out.splitlines()[-1]),
+    ('train.py', [*conftest.TINY, '--dataset=shakespeare_char', '--out_dir=out-from-hub', '--max_iters=1',
+                  '--eval_interval=1'], lambda out: 'saved checkpoint to out-from-hub' in out),
+])
+def test_init_from_a_hub_file(workdir, hub_cache, monkeypatch, script, args, check):
+    monkeypatch.setenv('HF_HUB_CACHE', str(hub_cache))
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')  # served from the cache alone
+    out = run_script(script, '--init_from=hf:own/rep/runs/ckpt.pt', '--device=cpu', *args, cwd=workdir)
+    assert check(out.stdout), out.stdout
+
+
+def test_hub_name_that_cannot_be_fetched(workdir, hub_cache, monkeypatch):
+    monkeypatch.setenv('HF_HUB_CACHE', str(hub_cache))
+    message = one_line_error('sample.py', '--init_from=hf:own/rep/missing.pt', cwd=workdir)
+    assert message.startswith('error: could not fetch missing.pt from the Hub repo own/rep')
+
+
+# every table row: the arguments, then a piece of the one-line error they must give
+TRAIN = [
+    (['--batch_size=0'], '--batch_size must be at least 1, got 0'),
+    (['--block_size=-4'], '--block_size must be at least 1'),
+    (['--gradient_accumulation_steps=0'], '--gradient_accumulation_steps must be at least 1'),
+    (['--eval_interval=0'], '--eval_interval must be at least 1'),
+    (['--log_interval=-1'], '--log_interval must be at least 1'),
+    (['--eval_iters=0'], '--eval_iters must be at least 1'),
+    (['--max_iters=-1'], '--max_iters must be at least 0'),
+    (['--learning_rate=0'], '--learning_rate must be > 0'),
+    (['--learning_rate=nan'], '--learning_rate expects a finite float'),
+    (['--dropout=1'], '--dropout must be in [0, 1)'),
+    (['--random_ratio=1.5'], '--random_ratio must be in [0, 1]'),
+    (['--lr_decay_iters=5'], '--lr_decay_iters (5) must be larger than --warmup_iters (5)'),
+    (['--min_lr=1.0'], '--min_lr (1.0) must not exceed --learning_rate'),
+    (['--order=sideways'], '--order must be one of'),
+    (['--target_injection=mul'], '--target_injection must be one of'),
+    (['--n_head=3'], 'must be divisible by n_head'),
+    (['--lerning_rate=1'], "did you mean 'learning_rate'"),
+    (['--device=cuda'], '--device=cuda but this machine has 0 CUDA device(s): use --device=cpu'),
+    (['--device=mps'], '--device=mps but MPS is not available here: use --device=cpu'),
+    (['--device=gpu'], "--device must be 'cpu', 'cuda', 'cuda:N' or 'mps', got 'gpu'"),
+    (['--dtype=float64'], '--dtype must be one of float32, bfloat16, float16'),
+    (['--dataset=nope'], 'run python data/nope/prepare.py first'),
+    (['--block_size=200000'], 'use a smaller --block_size'),
+    (['--init_from=resume', '--out_dir=missing'], 'no checkpoint at missing/ckpt.pt'),
+    (['--eval_only', '--out_dir=missing'], 'no checkpoint at missing/ckpt.pt'),
+    (['--init_from=nowhere.pt'], 'checkpoint nowhere.pt not found'),
+    (['--init_from=bad/truncated.pt'], 'bad/truncated.pt is not a readable checkpoint'),
+    (['--init_from=bad/notes.pt'], 'bad/notes.pt is not a readable checkpoint'),
+    (['--init_from=hf:own'], 'hf:own is not a Hub file name'),
+    (['--out_dir=out-char'], 'out-char/ckpt.pt already exists'),
+    (['--init_from=out-bpe/ckpt.pt', '--out_dir=out-new'], 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char'),
+    (['--init_from=resume', '--out_dir=out-bpe'], 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char'),
+    (['--init_from=out-char/ckpt.pt', '--dataset=webtext', '--out_dir=out-new'],
+     'the checkpoint reads the ids of a 65-character vocabulary but webtext holds GPT-2 BPE tokens'),
+    (['--init_from=resume', '--out_dir=out-char', '--block_size=16'], 'does not fit the checkpoint'),
+    (['bad/syntax.py'], 'config file bad/syntax.py, line 2: invalid syntax'),
+    (['bad/raises.py'], 'config file bad/raises.py failed: ZeroDivisionError: division by zero'),
+    (['bad/listed.py'], 'batch_size in bad/listed.py must be a plain value'),
+    (['bad/missing.py'], "config file 'bad/missing.py' not found"),
+]
+
+
+@pytest.mark.parametrize('args,message', TRAIN)
+def test_train_bad_input(workdir, char_ckpt, bpe_ckpt, files, args, message):
+    assert message in one_line_error('train.py', *conftest.TINY, '--dataset=shakespeare_char', *args, cwd=workdir)
+
+
+SAMPLE = [
+    (['--temperature=nan'], '--temperature expects a finite float'),
+    (['--temperature=-0.5'], '--temperature must be >= 0'),
+    (['--top_p=0'], '--top_p must be in (0, 1]'),
+    (['--top_p=1.5'], '--top_p must be in (0, 1]'),
+    (['--top_k=0'], '--top_k must be None or an int >= 1'),
+    (['--top_k=ten'], "--top_k must be None or an int >= 1, got 'ten'"),
+    (['--num_samples=0'], '--num_samples must be an int >= 1'),
+    (['--max_new_tokens=0'], '--max_new_tokens must be None or an int >= 1'),
+    (['--steps=0'], '--steps must be None or an int >= 1'),
+    (['--steps=33'], '--steps must be an int from 1 to the 32 tokens to generate, got 33'),
+    (['--order=backwards'], '--order must be one of random, l2r, confidence'),
+    (['--schedule=cubic'], '--schedule must be one of linear, cosine'),
+    (['--confidence=margin'], '--confidence must be one of maxprob, entropy'),
+    (['--mask_token='], '--mask_token must be a marker of at least 2 characters'),
+    (['--device=cuda'], '--device=cuda but this machine has 0 CUDA device(s)'),
+    (['--dtype=half'], '--dtype must be one of'),
+    (['--init_from=bad/truncated.pt'], 'is not a readable checkpoint'),
+    (['--init_from=bad/notes.pt'], 'is not a readable checkpoint'),
+    (['--out_dir=missing'], 'no checkpoint at missing/ckpt.pt'),
+    ([f'--init_from={AUTHORS}'], 'does not store its characters'),
+    (['--start=ROMEO{}'], "characters not in the vocabulary of the checkpoint: '{', '}'"),
+    (['--start=FILE:bad/none.txt'], 'cannot read the prompt file bad/none.txt'),
+    (['--start=FILE:bad/latin1.txt'], 'cannot read the prompt file bad/latin1.txt as UTF-8 text'),
+    (['--start=' + 'x' * 40], 'the prompt is 40 tokens long and leaves no room in block_size 32'),
+    (['--infill=no marker'], 'the infill template has no [MASK] marker'),
+    (['--infill=a[MASK:0]'], 'a masked span needs at least one token'),
+    (['--infill=a[MASK:40]'], 'the infill template is 41 tokens long'),
+]
+
+
+@pytest.mark.parametrize('args,message', SAMPLE)
+def test_sample_bad_input(workdir, char_ckpt, files, args, message):
+    assert message in one_line_error('sample.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir)
+
+
+EVAL = [
+    (['--dataset=wikitext3'], "unknown dataset 'wikitext3'; known: wikitext2, wikitext103, ptb"),
+    (['--dataset=,'], '--dataset is empty'),
+    (['--ensemble=0'], '--ensemble must be at least 1'),
+    (['--max_tokens=0'], '--max_tokens must be at least 1'),
+    (['--max_chunks=-1'], '--max_chunks must be at least 0'),
+    (['--block_size=-1'], '--block_size must be at least 0'),
+    (['--block_size=64'], 'larger than the checkpoint'),
+    (['--split=dev'], '--split must be one of test, validation, train'),
+    (['--device=cuda'], '--device=cuda but this machine has 0 CUDA device(s)'),
+    (['--out_dir=missing'], 'no checkpoint at missing/ckpt.pt'),
+    (['--init_from=bad/truncated.pt'], 'is not a readable checkpoint'),
+    (['--out_json=nowhere/ppl.json'], '--out_json=nowhere/ppl.json: its folder does not exist'),
+    (['--data_file=nope.txt'], 'nope.txt not found'),
+    (['--data_file=bad/table.csv'], '--data_file must be a .txt, .jsonl or .bin file'),
+    (['--data_file=bad/empty.txt'], 'bad/empty.txt holds no text'),
+    (['--data_file=bad/blank.txt'], 'bad/blank.txt holds no text'),
+    (['--data_file=bad/latin1.txt'], 'bad/latin1.txt is not UTF-8 text'),
+    (['--data_file=bad/notext.jsonl'], 'bad/notext.jsonl line 1 has no "text" string'),
+    (['--data_file=bad/nulltext.jsonl'], 'bad/nulltext.jsonl line 2 has no "text" string'),
+    (['--data_file=bad/broken.jsonl'], 'bad/broken.jsonl line 1 is not JSON'),
+    (['--data_file=bad/odd.bin'], 'bad/odd.bin is not a token file'),
+    (['--data_file=bad/empty.bin'], 'bad/empty.bin is not a token file'),
+    (['--data_file=bad/words.txt'], 'the checkpoint reads the ids of a 65-character vocabulary but bad/words.txt '
+                                    'holds GPT-2 BPE tokens'),
+    (['--out_dir=out-bpe'], 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char holds the ids of a '
+                            '65-character vocabulary'),
+    ([f'--init_from={AUTHORS}', '--data_file=bad/big_ids.bin'],
+     'bad/big_ids.bin holds token id 4999 but the checkpoint has only 96 tokens'),
+    (['--dataset=ptb', '--data_dir=nowhere'], 'nowhere/ptb/ptb.test.txt not found'),
+    (['--dataset=ptb', '--out_dir=out-bpe'], 'could not fetch ptb'),  # HF_DATASETS_OFFLINE=1: no network
+]
+
+
+@pytest.mark.parametrize('args,message', EVAL)
+def test_eval_ppl_bad_input(workdir, char_ckpt, bpe_ckpt, files, args, message):
+    assert message in one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir)
+
+
+BENCH = [
+    (['--steps=0'], '--steps must be at least 1'),
+    (['--rounds=0'], '--rounds must be at least 1'),
+    (['--batch_size=-1'], '--batch_size must be at least 1'),
+    (['--dtype=float64'], '--dtype must be one of'),
+    (['--device=cuda'], '--device=cuda but this machine has 0 CUDA device(s)'),
+    (['--n_embd=30'], '--n_embd (30) must be divisible by --n_head (4)'),
+    (['--run=train,speed'], '--run must be a comma list of train, eval, sample'),
+    (['--sample_steps=0'], '--sample_steps must be a comma list of step counts from 1 to sample_block_size'),
+    (['--sample_steps=64,2048'], '--sample_steps must be a comma list of step counts from 1 to sample_block_size'),
+]
+
+
+@pytest.mark.parametrize('args,message', BENCH)
+def test_bench_bad_input(workdir, args, message):
+    assert message in one_line_error('bench.py', *args, cwd=workdir)
