@@ -16,6 +16,8 @@ sampling: sample.py's cached any-order sampler against the same model sampled en
 cache: every step runs the model over the whole decoded prefix), at block size `sample_block_size`
 for each of `sample_steps` (a comma list); then tokens/s of order=l2r vs random at
 one token per step, and the cost of order=confidence vs random at the smallest of `sample_steps`.
+memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
+sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, a comma list) for only some of the benchmarks.
 """
@@ -40,15 +42,15 @@ batch_size = 4
 vocab_size = 50304
 steps = 4  # timed training steps per round
 rounds = 5
-run = 'train,eval,sample'  # which benchmarks, in order
+run = 'train,eval,sample,memory'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from common import autocast, check_device  # noqa: E402
+from common import autocast, check_device, peak_memory_mb, reset_peak_memory  # noqa: E402
 from configurator import at_least, check_settings, configure, fail  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
 # -----------------------------------------------------------------------------
-BENCHMARKS = ('train', 'eval', 'sample')
+BENCHMARKS = ('train', 'eval', 'sample', 'memory')
 check_settings(globals(), {
     **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'steps',
                      'rounds', 'sample_block_size'], at_least(1)),
@@ -200,6 +202,31 @@ def bench_sampling():
           f'(confidence/random: {confidence / random:.1f}x)')
 
 
-benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling}
+def bench_memory(chunk_counts=(1, 3), members=2):
+    """Peak memory of eval_ppl's evaluation (for 1 and 3 chunks: it must not grow) and of sample.py,
+    at block sample_block_size with the bench's vocabulary. The ensemble's memory is bounded by
+    max_tokens whatever M, so a small M keeps this quick."""
+    from eval_ppl import evaluate
+    torch.manual_seed(seed)
+    T = sample_block_size
+    ctx = autocast(device, dtype)
+    model = GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                          cond_dim=cond_dim)).to(device).eval()
+    what = 'CUDA memory allocated' if device.startswith('cuda') else 'process RSS, the model and torch included'
+    print(f'peak memory ({what}): {model.get_num_params() / 1e6:.1f}M params, block {T}, vocab {vocab_size}, '
+          f'{device} {dtype}')
+    for count in chunk_counts:
+        chunks = torch.randint(vocab_size, (count, T))
+        reset_peak_memory(device)
+        evaluate(model, chunks, members, 32768, seed, ctx)
+        print(f'  eval_ppl  M={members}, {count} chunk(s) of {T}: {peak_memory_mb(device):8,.0f} MB')
+    x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
+    reset_peak_memory(device)
+    with ctx:
+        generate(model, x, torch.zeros(T, dtype=torch.bool, device=device), T, generator=torch.Generator(device))
+    print(f'  sample.py batch {batch_size}, {T} tokens one per step: {peak_memory_mb(device):8,.0f} MB')
+
+
+benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory}
 for name in run.split(','):
     benchmarks[name]()

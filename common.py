@@ -7,7 +7,9 @@ Every script names its checkpoint the same way, with `init_from`:
 - 'hf:owner/repo/path/in/repo': a file on the Hugging Face Hub, fetched once and cached by
   huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>)
 """
+import ctypes
 import os
+import sys
 from contextlib import nullcontext
 
 import torch
@@ -52,6 +54,45 @@ def autocast(device, dtype):
     if dtype == 'float32':
         return nullcontext()
     return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
+
+
+def reset_peak_memory(device):
+    """Start a new peak-memory measurement (the CPU's is the process's peak RSS, resettable on Linux)."""
+    if torch.device(device).type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    elif os.path.exists('/proc/self/clear_refs'):
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')  # resets VmHWM to the current RSS
+
+
+def peak_memory_mb(device):
+    """Peak memory since reset_peak_memory: CUDA tensors allocated, or the process's RSS on the CPU
+    (elsewhere than Linux: since the process started)."""
+    if torch.device(device).type == 'cuda':
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if os.path.exists('/proc/self/status'):
+        with open('/proc/self/status') as f:
+            return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
+    import resource  # not on Windows, where there is no /proc either
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == 'darwin' else peak / 1024
+
+
+def release_freed_memory():
+    """Give freed CPU memory back to the system. glibc keeps the freed blocks of tensors of varying
+    sizes in its per-thread heaps, so without this a long CPU evaluation's RSS creeps up (3x seen)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _find_malloc_trim():
+    try:
+        return ctypes.CDLL('libc.so.6').malloc_trim
+    except (OSError, AttributeError):  # not glibc: macOS, Windows, musl
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
 
 
 def checkpoint_path(init_from, out_dir):
@@ -122,8 +163,33 @@ def load_tokenizer(checkpoint, vocab_size):
                 fail(f'characters not in the vocabulary of the checkpoint: {", ".join(map(repr, unknown))}')
             return [stoi[c] for c in text]
         return encode, lambda ids: ''.join(chars[i] for i in ids)
-    import tiktoken
-    enc = tiktoken.get_encoding('gpt2')
+    enc = gpt2_encoding()
     # ids past GPT-2's 50257 are padding of the embedding table and have no text
     return (lambda text: enc.encode(text, allowed_special={'<|endoftext|>'}),
             lambda ids: enc.decode([i for i in ids if i < enc.n_vocab]))
+
+
+def gpt2_encoding():
+    """tiktoken's GPT-2 BPE; it downloads its two files once, so say what to do when it cannot."""
+    import tiktoken
+    try:
+        return tiktoken.get_encoding('gpt2')
+    except Exception as e:  # requests' connection errors, and whatever a broken cache raises
+        fail(f'could not load the GPT-2 BPE ({type(e).__name__}): tiktoken downloads it once, so connect to the '
+             f'network, or point TIKTOKEN_CACHE_DIR at a cache that holds it')
+
+
+def load_hf_causal_lm(name, device):
+    """A Hugging Face causal LM (gpt2, gpt2-large, ... or a local folder), in eval mode, through the
+    optional dependency transformers; one-line errors when it or the weights cannot be had."""
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError:
+        fail(f'{name} is a Hugging Face model, which needs transformers: pip install transformers')
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name)
+    except (OSError, ValueError) as e:  # unknown name, no network, no weights in the folder
+        reason = ' '.join(str(e).split())[:200]
+        fail(f'could not load the Hugging Face model {name!r} ({reason}); check the name and the network, '
+             f'or pass a local folder saved with save_pretrained')
+    return model.to(device).eval()

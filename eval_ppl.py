@@ -37,6 +37,7 @@ import os
 import pickle
 import re
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from common import (autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
-                    default_device, default_dtype)
+                    default_device, default_dtype, gpt2_encoding, release_freed_memory)
 from configurator import above, at_least, check_settings, fail, one_of
 from model import load_checkpoint
 
@@ -191,8 +192,7 @@ def load_documents(name):
 
 def encode_documents(documents, detokenize=None):
     """GPT-2 BPE of each non-blank document, each followed by end-of-text, concatenated."""
-    import tiktoken
-    enc = tiktoken.get_encoding('gpt2')
+    enc = gpt2_encoding()
     texts = [t.strip() for t in documents if t.strip()]  # blank lines carry no text
     if detokenize is not None:
         texts = [detokenize(t) for t in texts]
@@ -301,19 +301,21 @@ def ensemble_sizes(m):
 
 
 @torch.no_grad()  # the kept per-token results must not hold each chunk's graph
-def evaluate(model, chunks, ctx, desc):
-    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n)."""
+def evaluate(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), desc=None):
+    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n), on the CPU."""
     l2r, members = [], []
+    device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    for c, x in enumerate(tqdm(chunks, desc=desc)):
+    for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
         n = len(x)
         sigma = torch.randperm(n, generator=generator)
         x, identity = x.to(device), torch.arange(n, device=device)
         with ctx:
             _, loss = model(x[None], identity[None], reduction='none')
             l2r.append(-loss[0].float().cpu())
-            orders = random_context_orders(sigma, ensemble - 1, hash((seed, c)))
-            members.append(ensemble_logprobs(model, x, sigma.to(device), orders, ensemble, max_tokens))
+            orders = random_context_orders(sigma, n_members - 1, hash((seed, c)))
+            members.append(ensemble_logprobs(model, x, sigma.to(device), orders, n_members, max_tokens))
+        release_freed_memory()
     return torch.cat(l2r), torch.cat(members, dim=1)
 
 
@@ -363,7 +365,7 @@ def main():
     for name, ids in streams.items():
         t0 = time.time()
         chunks = chunk(ids, n)[:max_chunks or None]
-        ppl = perplexities(*evaluate(model, chunks, autocast(device, dtype), name))
+        ppl = perplexities(*evaluate(model, chunks, ensemble, max_tokens, seed, autocast(device, dtype), name))
         results[name] = dict(split=split, tokens=chunks.numel(), chunks=len(chunks), ppl=ppl,
                              seconds=round(time.time() - t0, 2))
     print_table(results)

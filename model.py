@@ -95,7 +95,6 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.layer_idx = layer_idx
         self.n_head = config.n_head
-        self.dropout = config.dropout
         head_size = config.n_embd // config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
@@ -109,8 +108,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        # no dropout on the attention weights, as in the authors' AO-GPT (dropout elsewhere as configured)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None)
         y = y.transpose(1, 2).contiguous().view(B, S, C)
         return self.resid_dropout(self.c_proj(y))
 

@@ -5,6 +5,7 @@ import runpy
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -17,6 +18,10 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('HF_DATASETS_OFFLINE', '1')
 os.environ.setdefault('WANDB_MODE', 'offline')
 os.environ.setdefault('TIKTOKEN_CACHE_DIR', os.path.join(SHARED, 'data', 'tiktoken_cache'))
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'slow: the real shapes (block 1024, GPT-2 vocabulary); deselect with -m "not slow"')
 
 
 def shared_path(*parts):
@@ -80,6 +85,19 @@ def bpe_ckpt(workdir):
     run_script('train.py', *TINY, '--dataset=webtext', '--out_dir=out-bpe', '--max_iters=10', '--eval_interval=10',
                '--learning_rate=3e-3', cwd=workdir)
     return 'out-bpe'
+
+
+def peak_memory_run(script, *args, cwd):
+    """Run a script to the end in a fresh process; return (its stdout, its peak RSS in MB)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, stdout=out,
+                                   stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)  # the child's own rusage, unlike RUSAGE_CHILDREN
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if process.returncode != 0:
+            pytest.fail(f'{script} failed ({process.returncode}):\n{err.read().decode()[-3000:]}')
+        return out.read().decode(), usage.ru_maxrss / 1024  # kB on Linux
 
 
 def one_line_error(script, *args, cwd):

@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from conftest import SHARED, run_script
-from eval_ppl import (chunk, encode_documents, ensemble_logprobs, ensemble_sizes, lambada_detokenize,
+from conftest import SHARED, peak_memory_run, run_script
+from eval_ppl import (chunk, encode_documents, ensemble_logprobs, ensemble_sizes, evaluate, lambada_detokenize,
                       lm1b_detokenize, ptb_detokenize, random_context_orders, wikitext_detokenize)
 from model import GPT, GPTConfig
 
@@ -102,3 +102,23 @@ def test_bad_input_is_one_line_on_the_command_line(workdir, bpe_ckpt):
     (workdir / 'short.txt').write_text('just a few words\n')
     out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--device=cpu', '--data_file=short.txt', check=False)
     assert out.returncode == 1 and out.stderr == 'error: short.txt has 5 tokens, fewer than one block of 32\n'
+
+
+def test_evaluation_keeps_no_graph():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=50, n_layer=1, n_head=2, n_embd=16, cond_dim=8))
+    with torch.enable_grad():  # as a caller might have it: evaluate must still not build graphs
+        l2r, members = evaluate(model, torch.randint(50, (3, 16)), 2, 10_000, seed=0)
+    assert l2r.shape == (48,) and members.shape == (2, 48)
+    assert not l2r.requires_grad and not members.requires_grad
+
+
+def test_memory_is_flat_in_the_number_of_chunks(workdir, bpe_ckpt):
+    # a 50,304-token head: a kept graph would cost ~20 MB a chunk, 4 GB over the 200 chunks
+    runs = {}
+    for max_chunks in (4, 0):
+        out, runs[max_chunks] = peak_memory_run('eval_ppl.py', f'--out_dir={bpe_ckpt}', '--ensemble=2',
+                                                '--data_file=data/webtext/val.bin', f'--max_chunks={max_chunks}',
+                                                '--device=cpu', cwd=workdir)
+        assert out.splitlines()[-1].split()[1] == ('128' if max_chunks else '6,400')  # tokens evaluated
+    assert runs[0] < runs[4] + 100, runs

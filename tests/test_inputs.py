@@ -209,3 +209,11 @@ BENCH = [
 @pytest.mark.parametrize('args,message', BENCH)
 def test_bench_bad_input(workdir, args, message):
     assert message in one_line_error('bench.py', *args, cwd=workdir)
+
+
+def test_no_gpt2_bpe_offline_is_one_line(workdir, bpe_ckpt, tmp_path, monkeypatch):
+    monkeypatch.setenv('TIKTOKEN_CACHE_DIR', str(tmp_path))  # an empty cache, and no network:
+    monkeypatch.setenv('HTTPS_PROXY', 'http://127.0.0.1:9')  # nothing listens there
+    out = run_script('sample.py', f'--out_dir={bpe_ckpt}', '--device=cpu', cwd=workdir, check=False)
+    assert out.returncode == 1 and out.stderr.startswith('error: could not load the GPT-2 BPE')
+    assert out.stderr.count('\n') == 1

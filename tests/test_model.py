@@ -219,3 +219,17 @@ def test_kv_cache_reproduces_authors_cached_decoding(fixture):
             cache.commit(positions.size(1))
             positions, done = targets, done + s
         torch.testing.assert_close(logits, gen['logits'], atol=1e-4, rtol=0, msg=gen['name'])
+
+
+def test_no_attention_dropout():
+    # the authors' AO-GPT drops nothing inside attention: with the other dropouts switched off,
+    # training mode must give the eval-mode logits even at dropout 0.5
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=40, n_layer=2, n_head=2, n_embd=32, cond_dim=16, dropout=0.5))
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    x, order = torch.randint(40, (2, 16)), torch.randperm(16).expand(2, 16)
+    expected, _ = model.eval()(x, order)
+    logits, _ = model.train()(x, order)
+    assert torch.equal(logits, expected)

@@ -1,0 +1,64 @@
+"""Each script end to end at the paper's shapes (block 1024, the 50,304-token GPT-2 head) on the CPU,
+with a small width: the shape, memory and dtype bugs that block 32 never meets. Peak memory is the
+process's RSS, torch included."""
+import math
+import os
+
+import pytest
+import torch
+
+from conftest import SHARED, peak_memory_run
+
+pytestmark = pytest.mark.slow
+DATA_DIR = os.path.join(SHARED, 'data')
+
+
+@pytest.fixture(scope='module')
+def real_ckpt(workdir, bpe_ckpt):  # bpe_ckpt writes data/webtext
+    out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real', '--device=cpu',
+                                '--dtype=bfloat16', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=64',
+                                '--cond_dim=32', '--block_size=1024', '--batch_size=2',
+                                '--gradient_accumulation_steps=2', '--max_iters=2', '--eval_interval=2',
+                                '--eval_iters=1', '--warmup_iters=1', '--lr_decay_iters=2', cwd=workdir)
+    return out, peak
+
+
+def test_train(workdir, real_ckpt):
+    out, peak = real_ckpt
+    print(f'train.py, block 1024, bf16 autocast: peak {peak:.0f} MB')
+    assert 'tokens per iteration: 4,096' in out and 'saved checkpoint to out-real' in out
+    ckpt = torch.load(workdir / 'out-real' / 'ckpt.pt', weights_only=True)
+    assert ckpt['model_args']['block_size'] == 1024 and ckpt['model_args']['vocab_size'] == 50304
+    assert ckpt['iter_num'] == 2 and ckpt['vocab'] == 'gpt2'
+    assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in ckpt['model'].values())
+    assert peak < 4000
+
+
+@pytest.mark.parametrize('args', [['--dtype=float32'], ['--dtype=bfloat16', '--steps=64'],
+                                  ['--dtype=float32', '--order=confidence', '--steps=64']])
+def test_sample_1024_tokens(workdir, real_ckpt, args):
+    out, peak = peak_memory_run('sample.py', '--out_dir=out-real', '--num_samples=2', '--device=cpu', *args,
+                                cwd=workdir)
+    print(f'sample.py {" ".join(args)}: peak {peak:.0f} MB')
+    texts = out.split('\n---------------\n')[:-1]
+    assert len(texts) == 2 and all(len(t) > 1024 for t in texts)  # 1024 BPE tokens decode to more characters
+    assert peak < 2000
+
+
+def test_eval_a_few_chunks_with_an_ensemble(workdir, real_ckpt):
+    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real', '--dataset=wikitext2,lambada',
+                                f'--data_dir={DATA_DIR}', '--ensemble=2', '--max_chunks=2', '--device=cpu', cwd=workdir)
+    print(f'eval_ppl.py --ensemble=2, 2 chunks of 1024: peak {peak:.0f} MB')
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[-2:]}
+    for name in ('wikitext2', 'lambada'):
+        assert rows[name][1] == '2,048'
+        assert all(math.isfinite(float(v)) and float(v) > 1 for v in rows[name][2:5])
+    assert peak < 3000
+
+
+def test_all_of_lambada_in_bounded_memory(workdir, real_ckpt):
+    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real', '--dataset=lambada', f'--data_dir={DATA_DIR}',
+                                '--ensemble=1', '--device=cpu', cwd=workdir)
+    print(f'eval_ppl.py all of LAMBADA (406 chunks of 1024): peak {peak:.0f} MB')
+    assert out.splitlines()[-1].split()[:2] == ['lambada', '415,744']
+    assert peak < 3000
