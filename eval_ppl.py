@@ -1,27 +1,42 @@
 """
-Zero-shot perplexity of a checkpoint, left-to-right, any-order, and ensembled over context orders.
+Zero-shot perplexity of a checkpoint, left-to-right, any-order, and ensembled over context orders,
+on the authors' evaluation chunks.
 
     python eval_ppl.py --ensemble 8                      # out-shakespeare-char on its val.bin
     python eval_ppl.py --out_dir=out --dataset=wikitext2,ptb,lambada,lm1b --ensemble 8
     python eval_ppl.py --out_dir=out --dataset=wikitext2 --data_dir=../shared/data   # local copies
     python eval_ppl.py --out_dir=out --data_file=my_text.jsonl --out_json=ppl.json
     python eval_ppl.py --init_from=hf:Cauthyyy/AO-GPT-MDM/<file>.pt --dataset=lambada --ensemble 8
+    python eval_ppl.py --init_from=gpt2-medium --dataset=wikitext2,ptb    # the GPT-2 baseline row
 
 init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
-Hugging Face Hub file hf:owner/repo/path; the EMA weights are evaluated.
+Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated; or a Hugging Face GPT-2
+(gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a folder saved with save_pretrained; needs
+transformers), scored left-to-right only.
 
-Protocol (AO-GPT paper): each document is detokenized, GPT-2 BPE encoded and followed by an
-end-of-text token; the documents are concatenated and cut into block_size chunks (the remainder is
-dropped). Each chunk x gets a seeded uniformly random order sigma. Reported per set:
-- l2r: perplexity in the left-to-right order;
+The chunks (--pipeline=paper, the default, as the authors' data pipeline makes them): every row of
+a set exactly as the Hugging Face Hub serves it (WikiText: the raw lines with their newline, a
+blank line an empty row; PTB: the stripped lines; LAMBADA: the jsonl texts; LM1B: the sentences) is
+detokenized by the set's rule, GPT-2 BPE encoded and followed by an end-of-text token. The rows
+fall into 8 contiguous shards, each read in batches of 1,000 rows (datasets.map(batched=True,
+num_proc=8)), and each batch is concatenated and cut into block_size chunks on its own, its
+remainder dropped. --pipeline=clean instead strips the rows, skips the blank ones and cuts their
+one concatenation.
+
+Each chunk x gets a seeded uniformly random order sigma. Reported per set:
+- l2r: perplexity in the left-to-right order (--l2r_dtype; 'auto' is the authors' choice: bf16
+  autocast on a GPU that has it, float32 for a Hugging Face model and on the CPU);
 - M=1 (any-order): exp of the mean of -log p(x[sigma_i] | x[sigma_<i]);
 - M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[sigma_<i] in
   sigma's order and members 2..M in independent uniform orders; the members are nested, so one
   run gives the whole curve up to --ensemble.
+Any-order and ensemble numbers are computed in --dtype, float32 by default as the authors do.
+A Hugging Face model scores tokens 2..block_size of each chunk (the first has no context), as the
+authors scored GPT-2.
 
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
 OpenAI's URL; openwebtext and shakespeare_char from data/<name>/val.bin; --data_file=path for a
-.txt (a document per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
+.txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
 --data_dir reads the Hub sets from local copies laid out like ../shared/data instead.
 --split defaults to 'test', the standard benchmark split (the authors' WikiText-2 script used
 'train'; --split=train does that with network access).
@@ -45,18 +60,19 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from common import (autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
-                    default_device, default_dtype, gpt2_encoding, release_freed_memory)
-from configurator import above, at_least, check_settings, fail, one_of
+from common import (DTYPES, autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
+                    default_device, gpt2_encoding, load_hf_causal_lm, release_freed_memory)
+from configurator import at_least, check_settings, fail, one_of
 from model import load_checkpoint
 
 # -----------------------------------------------------------------------------
-init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
+init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder
 out_dir = 'out-shakespeare-char'
 dataset = 'shakespeare_char'  # one name or several, comma-separated
 data_file = ''  # a local .txt/.jsonl/.bin file to evaluate instead of --dataset
 data_dir = ''  # '': the Hub / URL; else a folder holding local copies (e.g. ../shared/data)
 split = 'test'  # 'test', 'validation' or 'train' (Hub sets)
+pipeline = 'paper'  # 'paper': the authors' rows and per-batch chunks; 'clean': stripped rows, one concatenation
 block_size = 0  # 0: the checkpoint's block_size
 ensemble = 1  # M, the largest ensemble; M = 1, 2, 4, ... up to it are reported
 max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
@@ -64,82 +80,88 @@ max_tokens = 32768  # slots per forward pass, which bounds memory
 seed = 1337
 out_json = ''
 device = default_device()
-dtype = default_dtype()
+dtype = 'float32'  # any-order and ensemble numbers (the authors: float32)
+l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 # -----------------------------------------------------------------------------
 
 LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
 BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
 SPLITS = ('test', 'validation', 'train')
+PIPELINES = ('paper', 'clean')
+HF_GPT2 = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')
+MAP_SHARDS, MAP_BATCH = 8, 1000  # the authors' datasets.map(batched=True, num_proc=8) and its batch size
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
 
 
 # -----------------------------------------------------------------------------
-# detokenizers: undo the tokenized spacing of each set before BPE
+# detokenizers: the authors' rules (those of SEDD's data pipeline), in their order, on each row
 
 
 def wikitext_detokenize(text):
-    for a, b in ((' @-@ ', '-'), (' @,@ ', ','), (' @.@ ', '.'), (" 's", "'s")):
-        text = text.replace(a, b)
-    text = re.sub(r' ([.,:;!?)\]])', r'\1', text)
-    text = re.sub(r'([(\[]) ', r'\1', text)
-    text = re.sub(r'" ([^"]*?) "', r'"\1"', text)
-    return re.sub(r'= (?==)', '=', text)  # headings: '= = Gameplay = =' -> '== Gameplay =='
-
-
-def ptb_detokenize(text):
-    for a, b in ((" n't", "n't"), (" 's", "'s"), (" 're", "'re"), (" 've", "'ve"), (" 'll", "'ll"),
-                 (" 'm", "'m"), (" 'd", "'d"), ('<unk>', '?'), ('\\/', '/')):
-        text = text.replace(a, b)
-    return re.sub(r'(?<!\S)N(?!\S)', '1', text)  # N stands for any number
-
-
-def lm1b_detokenize(text):
-    for a, b in ((" n't", "n't"), (" 's", "'s"), (" 're", "'re"), (" 've", "'ve"), (" 'll", "'ll"),
-                 (" 'm", "'m"), (" 'd", "'d"), ('$ ', '$')):
-        text = text.replace(a, b)
-    text = re.sub(r' ([.,:;!?%)\]])', r'\1', text)
-    text = re.sub(r'([(\[]) ', r'\1', text)
-    return re.sub(r'" ([^"]*?) "', r'"\1"', text)
-
-
-def lambada_detokenize(text):
-    for a, b in (('“', '"'), ('”', '"'), ('‘', "'"), ('’', "'")):
+    text = text.replace("s '", "s'")
+    for mark in '-,.':  # number separators: 1 @,@ 000 -> 1,000
+        text = text.replace(f' @{mark}@ ', mark)
+    for mark in ':;.!?,':  # only between spaces: ' , ' -> ', '
+        text = text.replace(f' {mark} ', f'{mark} ')
+    for left, right in ('()', '[]', '{}', '""', "''"):  # no spaces just inside a pair
+        text = re.sub(rf'{re.escape(left)}\s*([^{re.escape(right)}]*?)\s*{re.escape(right)}', rf'{left}\1{right}', text)
+    for a, b in (('= = = =', '===='), ('= = =', '==='), ('= =', '=='), (' \u00b0 ', '\u00b0'), (' \n', '\n'),
+                 ('\n ', '\n'), (' N ', ' 1 '), (" 's", "'s")):
         text = text.replace(a, b)
     return text
 
 
-# name -> Hub (path, config, text column) or URL, local files per split, detokenizer
-SETS = {
-    'wikitext2': (('Salesforce/wikitext', 'wikitext-2-raw-v1', 'text'),
-                  {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
-                  wikitext_detokenize),
-    # WikiText-103 shares its validation and test splits with WikiText-2
-    'wikitext103': (('Salesforce/wikitext', 'wikitext-103-raw-v1', 'text'),
-                    {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
-                    wikitext_detokenize),
-    'ptb': (('ptb_text_only', None, 'sentence'),
-            {'test': 'ptb/ptb.test.txt', 'validation': 'ptb/ptb.valid.txt'}, ptb_detokenize),
-    'lambada': (LAMBADA_URL, {'test': 'lambada/lambada_test.jsonl'}, lambada_detokenize),
-    'lm1b': (('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'}, lm1b_detokenize),
-}
-KNOWN = (*SETS, *BIN_SETS)
+def ptb_detokenize(text):
+    for a, b in ((" 's", "'s"), ("s ' ", "s' "), (" n't", "n't"), (" \n ", "\n"), ('\\/', '/')):
+        text = text.replace(a, b)
+    for _ in range(10):  # overlapping matches: ' N N ' needs more than one pass
+        text = text.replace(' N ', ' 1 ')
+    for a, b in (('$ 1', '$1'), ('# 1', '#1'), ('<unk>', '?')):
+        text = text.replace(a, b)
+    return text
+
+
+def lm1b_detokenize(text):
+    text = text.replace('http : / / ', 'http://').replace('https : / / ', 'https://')
+    text = re.sub(r" '(\w+)", r"'\1", text)
+    text = re.sub(r' (\w+) \. ', r' \1. ', text)
+    text = re.sub(r' (\w+) \.$', r' \1.', text)
+    for mark in '?!':
+        text = re.sub(rf' \{mark}$', mark, text.replace(f' {mark} ', f'{mark} '))
+    for a, b in ((' , ', ', '), (' : ', ': '), (' ; ', '; '), (' / ', '/')):
+        text = text.replace(a, b)
+    for left, right in ('""', "''", '()', '[]'):  # no spaces just inside a pair
+        inner = re.escape(left) if left == right else re.escape(left + right)
+        text = re.sub(rf'{re.escape(left)} ([^{inner}]+) {re.escape(right)}', rf'{left}\1{right}', text)
+    return text.replace('$ ', '$').replace('\u00a3 ', '\u00a3')
+
+
+def lambada_detokenize(text):
+    return '\n' + text.replace('\u201c', '"').replace('\u201d', '"').strip()
 
 
 # -----------------------------------------------------------------------------
-# data
+# rows: each set's documents exactly as the Hugging Face Hub serves them
+
+
+def read_lines(path):
+    """The lines of a UTF-8 text file, without their newline."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        fail(f'{path} is not UTF-8 text (invalid byte at offset {e.start}); convert it to UTF-8')
+    lines = text.split('\n')
+    return lines[:-1] if lines[-1] == '' else lines
 
 
 def read_text_file(path):
-    """Documents of a local .txt (one per line) or .jsonl ({"text": ...} per line)."""
-    try:
-        with open(path, encoding='utf-8') as f:
-            lines = f.read().splitlines()
-    except UnicodeDecodeError as e:
-        fail(f'{path} is not UTF-8 text (invalid byte at offset {e.start}); convert it to UTF-8')
+    """Rows of a local .txt (one per line) or .jsonl ({"text": ...} per line, blank lines skipped)."""
+    lines = read_lines(path)
     if not path.endswith('.jsonl'):
         return lines
-    documents = []
+    rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -149,8 +171,36 @@ def read_text_file(path):
             fail(f'{path} line {number} is not JSON ({e.msg}); a .jsonl file holds one {{"text": ...}} per line')
         if not isinstance(record, dict) or not isinstance(record.get('text'), str):
             fail(f'{path} line {number} has no "text" string; a .jsonl file holds one {{"text": ...}} per line')
-        documents.append(record['text'])
-    return documents
+        rows.append(record['text'])
+    return rows
+
+
+def wikitext_rows(path):
+    """Salesforce/wikitext's rows: each raw line with its newline (and leading space); a blank line is ''."""
+    return [line + '\n' if line.strip() else '' for line in read_lines(path)]
+
+
+def ptb_rows(path):
+    """ptb_text_only's sentences: the stripped lines."""
+    return [line.strip() for line in read_lines(path)]
+
+
+# name -> Hub (path, config, column) or URL, local files per split, their rows, detokenizer
+SETS = {
+    'wikitext2': (('Salesforce/wikitext', 'wikitext-2-raw-v1', 'text'),
+                  {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
+                  wikitext_rows, wikitext_detokenize),
+    # WikiText-103 shares its validation and test splits with WikiText-2
+    'wikitext103': (('Salesforce/wikitext', 'wikitext-103-raw-v1', 'text'),
+                    {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
+                    wikitext_rows, wikitext_detokenize),
+    'ptb': (('ptb_text_only', None, 'sentence'),
+            {'test': 'ptb/ptb.test.txt', 'validation': 'ptb/ptb.valid.txt'}, ptb_rows, ptb_detokenize),
+    'lambada': (LAMBADA_URL, {'test': 'lambada/lambada_test.jsonl'}, read_text_file, lambada_detokenize),
+    'lm1b': (('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'}, read_lines,
+             lm1b_detokenize),
+}
+KNOWN = (*SETS, *BIN_SETS)
 
 
 def download(url):
@@ -166,9 +216,9 @@ def download(url):
     return path
 
 
-def load_documents(name):
-    """The raw documents of a known set: from data_dir if given, else from the Hub / URL."""
-    source, local, _ = SETS[name]
+def load_rows(name):
+    """The rows of a known set: from data_dir if given, else from the Hub / URL."""
+    source, local, local_rows, _ = SETS[name]
     if data_dir:
         if split not in local:
             fail(f"{name} has no local '{split}' split (local: {', '.join(local)}); drop --data_dir to "
@@ -176,7 +226,7 @@ def load_documents(name):
         path = os.path.join(data_dir, local[split])
         if not os.path.exists(path):
             fail(f'{path} not found (the local copy of {name} {split})')
-        return read_text_file(path)
+        return local_rows(path)
     try:
         if isinstance(source, str):  # LAMBADA: OpenAI's file, test split only
             if split != 'test':
@@ -184,23 +234,21 @@ def load_documents(name):
             return read_text_file(download(source))
         from datasets import load_dataset
         path, config, column = source
-        return load_dataset(path, config, split=split)[column]
+        return list(load_dataset(path, config, split=split)[column])
     except (ConnectionError, OSError, ImportError) as e:
         fail(f'could not fetch {name} ({type(e).__name__}: {str(e).splitlines()[0]}); without network, '
              f'point --data_dir at local copies or pass --data_file=path')
 
 
-def encode_documents(documents, detokenize=None):
-    """GPT-2 BPE of each non-blank document, each followed by end-of-text, concatenated."""
+# -----------------------------------------------------------------------------
+# chunks
+
+
+def encode_rows(rows, detokenize=None):
+    """GPT-2 BPE of each (detokenized) row followed by end-of-text; an empty row is end-of-text alone."""
     enc = gpt2_encoding()
-    texts = [t.strip() for t in documents if t.strip()]  # blank lines carry no text
-    if detokenize is not None:
-        texts = [detokenize(t) for t in texts]
-    ids = []
-    for doc in enc.encode_ordinary_batch(texts):
-        ids.extend(doc)
-        ids.append(enc.eot_token)
-    return np.array(ids, dtype=np.int64)
+    texts = [detokenize(row) for row in rows] if detokenize else rows
+    return [doc + [enc.eot_token] for doc in enc.encode_ordinary_batch(texts)]
 
 
 def chunk(ids, n):
@@ -209,8 +257,34 @@ def chunk(ids, n):
     return torch.from_numpy(np.asarray(ids[:n_chunks * n], dtype=np.int64).reshape(n_chunks, n))
 
 
+def contiguous_shards(n_rows, n_shards):
+    """[start, end) of datasets' contiguous shards (Dataset.shard(contiguous=True)): the first
+    n_rows % n_shards shards get one row more; map lowers num_proc to the number of rows."""
+    n_shards = min(n_shards, n_rows)
+    size, extra = divmod(n_rows, n_shards)
+    starts = [i * size + min(i, extra) for i in range(n_shards + 1)]
+    return list(zip(starts, starts[1:]))
+
+
+def concatenation(docs):
+    return np.concatenate([np.asarray(doc, dtype=np.int64) for doc in docs])
+
+
+def paper_chunks(docs, n):
+    """The authors' chunks: each map batch (MAP_BATCH rows of one of MAP_SHARDS contiguous shards) is
+    concatenated and cut into n-token chunks on its own, its remainder dropped."""
+    chunks = [chunk(concatenation(docs[b:min(b + MAP_BATCH, end)]), n)
+              for start, end in contiguous_shards(len(docs), MAP_SHARDS) for b in range(start, end, MAP_BATCH)]
+    return torch.cat(chunks)
+
+
+def make_chunks(docs, n):
+    return paper_chunks(docs, n) if pipeline == 'paper' else chunk(concatenation(docs), n)
+
+
 def load_tokens(name):
-    """(token stream, its tokenizer: 'gpt2' or a char vocabulary string) of a named set or --data_file."""
+    """(token documents, their tokenizer: 'gpt2' or a char vocabulary string) of a named set or
+    --data_file; a .bin token file is one document."""
     if name in BIN_SETS or name.endswith('.bin'):
         path = name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
         if not os.path.exists(path):
@@ -219,19 +293,25 @@ def load_tokens(name):
             fail(f'{path} is not a token file: expected uint16 token ids, got {os.path.getsize(path)} bytes')
         meta = os.path.join(os.path.dirname(path), 'meta.pkl')
         vocab = char_vocabulary(pickle.load(open(meta, 'rb'))) if os.path.exists(meta) else 'gpt2'
-        return np.memmap(path, dtype=np.uint16, mode='r'), vocab
-    documents = read_text_file(name) if name == data_file else load_documents(name)
-    if not any(text.strip() for text in documents):
+        return [np.memmap(path, dtype=np.uint16, mode='r')], vocab
+    rows = read_text_file(name) if name == data_file else load_rows(name)
+    if not any(row.strip() for row in rows):
         fail(f'{name} holds no text')
-    return encode_documents(documents, None if name == data_file else SETS[name][2]), 'gpt2'
+    if pipeline == 'clean':
+        rows = [row.strip() for row in rows if row.strip()]
+    return encode_rows(rows, None if name == data_file else SETS[name][3]), 'gpt2'
 
 
-def check_tokens(name, ids, vocab, model_vocab, vocab_size):
-    """Fail unless the checkpoint reads this set's tokens: the same tokenizer, every id in range."""
+def check_tokens(name, docs, vocab, model_vocab, vocab_size, n):
+    """Fail unless the model reads this set's tokens (the same tokenizer, every id in range) and the
+    set holds at least one block of them."""
     check_vocab(model_vocab, vocab, name)
-    top = int(ids.max())
+    top = max(int(np.max(doc)) for doc in docs)
     if top >= vocab_size:
         fail(f'{name} holds token id {top} but the checkpoint has only {vocab_size} tokens')
+    total = sum(len(doc) for doc in docs)
+    if total < n:
+        fail(f'{name} has {total} tokens, fewer than one block of {n}')
 
 
 # -----------------------------------------------------------------------------
@@ -301,8 +381,11 @@ def ensemble_sizes(m):
 
 
 @torch.no_grad()  # the kept per-token results must not hold each chunk's graph
-def evaluate(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), desc=None):
-    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n), on the CPU."""
+def evaluate(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), desc=None, l2r_ctx=None):
+    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n), on the CPU.
+
+    The any-order members run under ctx, the left-to-right pass under l2r_ctx (default: ctx).
+    """
     l2r, members = [], []
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
@@ -310,13 +393,33 @@ def evaluate(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), desc
         n = len(x)
         sigma = torch.randperm(n, generator=generator)
         x, identity = x.to(device), torch.arange(n, device=device)
-        with ctx:
+        with ctx if l2r_ctx is None else l2r_ctx:
             _, loss = model(x[None], identity[None], reduction='none')
-            l2r.append(-loss[0].float().cpu())
+        l2r.append(-loss[0].float().cpu())
+        with ctx:
             orders = random_context_orders(sigma, n_members - 1, hash((seed, c)))
             members.append(ensemble_logprobs(model, x, sigma.to(device), orders, n_members, max_tokens))
         release_freed_memory()
     return torch.cat(l2r), torch.cat(members, dim=1)
+
+
+@torch.no_grad()
+def hf_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None):
+    """log p(x_t | x_<t), t = 2..n, of every chunk under a Hugging Face causal LM: (N*(n-1),), on the CPU.
+
+    The first token of a chunk has no context and is not scored, as the authors scored GPT-2.
+    Every position goes through the head, so a chunk costs n*(1+HEAD_COST) slots of the budget.
+    """
+    device = next(model.parameters()).device
+    rows = max(1, max_tokens // (chunks.size(1) * (1 + HEAD_COST)))
+    out = []
+    for batch in tqdm(chunks.split(rows), desc=desc, disable=desc is None):
+        x = batch.to(device)
+        with ctx:
+            logits = model(x).logits[:, :-1]
+        out.append(-F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten(), reduction='none').cpu())
+        release_freed_memory()
+    return torch.cat(out)
 
 
 def perplexities(l2r, members):
@@ -327,11 +430,29 @@ def perplexities(l2r, members):
     return ppl
 
 
+def is_hf_model(name):
+    """A Hugging Face GPT-2 name (openai-community/ optional) or a folder saved with save_pretrained."""
+    return name.removeprefix('openai-community/') in HF_GPT2 or os.path.isdir(name)
+
+
+def l2r_precision(hf):
+    """--l2r_dtype, where 'auto' is the authors' choice: bf16 autocast for an AO-GPT on a GPU that
+    has it, float32 for a Hugging Face model (their GPT-2 row) and on the CPU."""
+    if l2r_dtype != 'auto':
+        return l2r_dtype
+    gpu_bf16 = torch.device(device).type == 'cuda' and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return 'bfloat16' if gpu_bf16 and not hf else 'float32'
+
+
 def check_inputs(names):
     """Everything that can be checked before any work: settings, device, names, output folder."""
     check_settings(globals(), {'ensemble': at_least(1), 'max_tokens': at_least(1), 'max_chunks': at_least(0),
-                               'block_size': at_least(0), 'split': one_of(*SPLITS)})
+                               'block_size': at_least(0), 'split': one_of(*SPLITS), 'pipeline': one_of(*PIPELINES),
+                               'l2r_dtype': one_of('auto', *DTYPES)})
     check_device(device, dtype)
+    check_device(device, l2r_precision(is_hf_model(init_from)))
+    if is_hf_model(init_from) and ensemble > 1:
+        fail(f'{init_from} is scored left-to-right only: --ensemble applies to AO-GPT checkpoints')
     if not names:
         fail('--dataset is empty: name one or more sets, comma-separated, or pass --data_file=path')
     for name in names:
@@ -345,42 +466,65 @@ def check_inputs(names):
         fail(f'--out_json={out_json}: its folder does not exist')
 
 
+def load_model():
+    """(model, its block size, what its token ids mean, its vocabulary size, a description for the output)."""
+    if is_hf_model(init_from):
+        model = load_hf_causal_lm(init_from, device)
+        positions = getattr(model.config, 'n_positions', None) or model.config.max_position_embeddings
+        return model, positions, 'gpt2', model.config.vocab_size, init_from
+    path = checkpoint_path(init_from, out_dir)
+    model, checkpoint = load_checkpoint(path, device)
+    return model, model.config.block_size, checkpoint_vocab(checkpoint, model.config.vocab_size), \
+        model.config.vocab_size, path
+
+
 def main():
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
-    path = checkpoint_path(init_from, out_dir)
-    model, checkpoint = load_checkpoint(path, device)
-    n = block_size or model.config.block_size
-    if n > model.config.block_size:
-        fail(f'--block_size={n} is larger than the checkpoint\'s block_size {model.config.block_size}')
-    model_vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
-    streams = {}
+    hf = is_hf_model(init_from)
+    model, model_block, model_vocab, vocab_size, source = load_model()
+    n = block_size or model_block
+    if n > model_block:
+        fail(f"--block_size={n} is larger than the checkpoint's block_size {model_block}")
+    sets = {}
     for name in names:  # read and check every set before evaluating any
-        ids, vocab = load_tokens(name)
-        check_tokens(name, ids, vocab, model_vocab, model.config.vocab_size)
-        if len(ids) < n:
-            fail(f'{name} has {len(ids)} tokens, fewer than one block of {n}')
-        streams[name] = ids
+        docs, vocab = load_tokens(name)
+        check_tokens(name, docs, vocab, model_vocab, vocab_size, n)
+        sets[name] = make_chunks(docs, n)[:max_chunks or None]
+        if not len(sets[name]):
+            fail(f"{name} makes no {n}-token chunk: --pipeline=paper cuts each batch of {MAP_BATCH:,} rows on "
+                 f"its own (--pipeline=clean cuts their one concatenation)")
+    precision = l2r_precision(hf)
+    l2r_ctx = autocast(device, precision)
+    print(f"pipeline: {pipeline}; left-to-right in {precision}" + ('' if hf else f', any-order in {dtype}'))
+    if hf:
+        print(f'{init_from}: left-to-right only; each {n}-token chunk scores its last {n - 1} tokens '
+              f'(the first has no context), as the authors scored GPT-2')
     results = {}
-    for name, ids in streams.items():
+    for name, chunks in sets.items():
         t0 = time.time()
-        chunks = chunk(ids, n)[:max_chunks or None]
-        ppl = perplexities(*evaluate(model, chunks, ensemble, max_tokens, seed, autocast(device, dtype), name))
-        results[name] = dict(split=split, tokens=chunks.numel(), chunks=len(chunks), ppl=ppl,
+        if hf:
+            l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
+            ppl = {'l2r': math.exp(-l2r.mean().item())}
+        else:
+            l2r, members = evaluate(model, chunks, ensemble, max_tokens, seed, autocast(device, dtype), name, l2r_ctx)
+            ppl = perplexities(l2r, members)
+        results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=l2r.numel(), ppl=ppl,
                              seconds=round(time.time() - t0, 2))
     print_table(results)
     if out_json:
         with open(out_json, 'w') as f:
-            json.dump(dict(checkpoint=path, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype,
-                           results=results), f, indent=2)
+            json.dump(dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype,
+                           l2r_dtype=precision, results=results), f, indent=2)
         print(f'wrote {out_json}')
 
 
 def print_table(results):
+    """One row per set; a column a model does not have (any-order for GPT-2) reads '-'."""
     sizes = ensemble_sizes(ensemble)
     head = ['dataset', 'tokens', 'l2r ppl', 'any-order ppl'] + [f'M={m}' for m in sizes[1:]] + ['time']
-    rows = [[name, f"{r['tokens']:,}", *(f"{r['ppl'][k]:.3f}" for k in ['l2r', *sizes]), f"{r['seconds']:.1f}s"]
-            for name, r in results.items()]
+    rows = [[name, f"{r['tokens']:,}", *(f"{r['ppl'][k]:.3f}" if k in r['ppl'] else '-' for k in ['l2r', *sizes]),
+             f"{r['seconds']:.1f}s"] for name, r in results.items()]
     widths = [max(len(str(row[k])) for row in [head, *rows]) for k in range(len(head))]
     for row in [head, *rows]:
         print('  '.join(str(v).ljust(w) for v, w in zip(row, widths)))
