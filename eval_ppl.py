@@ -492,8 +492,8 @@ def main():
         check_tokens(name, docs, vocab, model_vocab, vocab_size, n)
         sets[name] = make_chunks(docs, n)[:max_chunks or None]
         if not len(sets[name]):
-            fail(f"{name} makes no {n}-token chunk: --pipeline=paper cuts each batch of {MAP_BATCH:,} rows on "
-                 f"its own (--pipeline=clean cuts their one concatenation)")
+            fail(f'{name} makes no {n}-token chunk: --pipeline=paper cuts each batch (at most {MAP_BATCH:,} rows '
+                 f'of one of {MAP_SHARDS} shards) on its own; --pipeline=clean cuts all the rows at once')
     precision = l2r_precision(hf)
     l2r_ctx = autocast(device, precision)
     print(f"pipeline: {pipeline}; left-to-right in {precision}" + ('' if hf else f', any-order in {dtype}'))

@@ -1,13 +1,19 @@
-"""eval_ppl.py: the fast ensemble equals the authors' one-forward-per-query algorithm, data handling, CLI."""
+"""eval_ppl.py: the authors' chunks, the fast ensemble equals their one-forward-per-query algorithm, the
+GPT-2 baseline equals the model's own loss, CLI."""
 import json
+import math
 import os
+import shutil
+import sys
 
 import pytest
 import torch
 
-from conftest import SHARED, peak_memory_run, run_script
-from eval_ppl import (chunk, encode_documents, ensemble_logprobs, ensemble_sizes, evaluate, lambada_detokenize,
-                      lm1b_detokenize, ptb_detokenize, random_context_orders, wikitext_detokenize)
+import eval_ppl as module
+from conftest import SHARED, one_line_error, peak_memory_run, run_script, shared_path
+from eval_ppl import (encode_rows, ensemble_logprobs, ensemble_sizes, evaluate, lambada_detokenize, lm1b_detokenize,
+                      load_tokens, make_chunks, paper_chunks, ptb_detokenize, ptb_rows, random_context_orders,
+                      wikitext_detokenize, wikitext_rows)
 from model import GPT, GPTConfig
 
 
@@ -52,23 +58,81 @@ def test_context_orders_are_seeded_nested_permutations():
     assert ensemble_sizes(8) == [1, 2, 4, 8] and ensemble_sizes(6) == [1, 2, 4, 6] and ensemble_sizes(1) == [1]
 
 
-def test_detokenizers():
-    assert wikitext_detokenize('= = Gameplay = =') == '== Gameplay =='
-    assert wikitext_detokenize('a 1 @,@ 000 @-@ year ( roughly ) , the " best " team \'s 3 @.@ 5 .') == \
-        'a 1,000-year (roughly), the "best" team\'s 3.5.'
-    assert ptb_detokenize("it was n't the <unk> 's N points , N") == "it wasn't the ?'s 1 points , 1"
+def test_detokenizers_follow_the_authors_rules():
+    # WikiText rows keep their leading space and newline; punctuation joins only between spaces
+    assert wikitext_detokenize(' = = Gameplay = = \n') == ' == Gameplay ==\n'
+    assert wikitext_detokenize(' a 1 @,@ 000 @-@ year ( roughly ) , the " best " team \'s 3 @.@ 5 . \n') == \
+        ' a 1,000-year (roughly), the "best" team\'s 3.5.\n'
+    assert wikitext_detokenize("the players ' union , in N years at 20 ° C ,b") == \
+        "the players' union, in 1 years at 20°C ,b"
+    assert ptb_detokenize("it was n't the <unk> 's N N points , $ N million for the banks ' loans a\\/b N") == \
+        "it wasn't the ?'s 1 1 points , $1 million for the banks' loans a/b N"
     assert lm1b_detokenize('Wal-Mart \'s founder said : " We are here , " he said .') == \
         'Wal-Mart\'s founder said: "We are here," he said.'
-    assert lambada_detokenize('“Hi,” she said, ‘ok’') == '"Hi," she said, \'ok\''
+    assert lm1b_detokenize('see http : / / www.x.com ( now ) for $ 5 ?') == 'see http://www.x.com (now) for $5?'
+    assert lambada_detokenize('  “Hi,” she said, ‘ok’ ') == '\n"Hi," she said, ‘ok’'  # double quotes only
 
 
-def test_documents_get_end_of_text_and_the_remainder_is_dropped():
-    ids = encode_documents(['hello world', '   ', 'a @-@ b'], wikitext_detokenize)
+def test_rows_are_taken_as_the_hub_serves_them():
+    wikitext = wikitext_rows(shared_path('data', 'wikitext-2-raw', 'wiki.test.raw'))
+    assert len(wikitext) == 4358 and wikitext.count('') == 1467  # a blank line is an empty row, kept
+    assert wikitext[:2] == ['', ' = Robert Boulter = \n']
+    ptb = ptb_rows(shared_path('data', 'ptb', 'ptb.test.txt'))
+    assert len(ptb) == 3761 and ptb[0] == "no it was n't black monday"
+
+
+@pytest.mark.parametrize('name', ['wikitext2', 'ptb'])
+def test_paper_pipeline_makes_the_authors_chunks(name, monkeypatch):
+    """The fixture holds the chunks that the authors' own pipeline made from the same local files."""
+    expected = torch.load(shared_path('fixtures', 'eval_protocol_chunks.pt'), weights_only=True)[name]['chunks']
+    monkeypatch.setattr(module, 'data_dir', os.path.join(SHARED, 'data'))
+    chunks = make_chunks(load_tokens(name)[0], 1024)
+    assert sorted(chunks.tolist()) == sorted(expected.long().tolist())  # the same chunks, in any order
+    monkeypatch.setattr(module, 'pipeline', 'clean')  # the other pipeline does differ
+    assert sorted(make_chunks(load_tokens(name)[0], 1024).tolist()) != sorted(expected.long().tolist())
+
+
+@pytest.mark.parametrize('n_rows', [8100, 5])
+def test_paper_chunks_equal_a_parallel_datasets_map(n_rows):
+    """datasets.map(batched=True, num_proc=8) itself: 8 contiguous shards (the first ones a row
+    longer), 1,000-row batches within each (8,100 rows: 1,013 + 1,012 ... so a short batch each), every
+    batch concatenated and cut on its own. 5 rows: datasets runs 5 processes."""
+    from itertools import chain
+    from datasets import Dataset, disable_progress_bars
+    disable_progress_bars()
+    g = torch.Generator().manual_seed(0)
+    docs = [torch.randint(50, (int(k),)).tolist() for k in torch.randint(1, 30, (n_rows,), generator=g)]
+
+    def group_texts(batch):
+        ids = list(chain(*batch['ids']))
+        return {'ids': [ids[i:i + 16] for i in range(0, len(ids) // 16 * 16, 16)]}
+    expected = Dataset.from_dict({'ids': docs}).map(group_texts, batched=True, num_proc=8)['ids']
+    assert paper_chunks(docs, 16).tolist() == list(expected)
+    assert len(expected) < sum(map(len, docs)) // 16  # the per-batch remainders were dropped
+
+
+def test_clean_pipeline_strips_skips_and_cuts_once(monkeypatch):
+    monkeypatch.setattr(module, 'pipeline', 'clean')
+    rows = ['hello world', '   ', 'a @-@ b ']
     eot = 50256
-    assert ids.tolist() == [31373, 995, eot, 64, 12, 65, eot]  # blank document skipped, 'a-b'
-    chunks = chunk(ids, 3)
-    assert chunks.tolist() == [[31373, 995, eot], [64, 12, 65]]
-    assert chunk(ids, 8).shape == (0, 8)
+    assert encode_rows([r.strip() for r in rows if r.strip()], wikitext_detokenize) == [[31373, 995, eot], [64, 12, 65, eot]]
+    docs = encode_rows(['hello world', 'a-b'])
+    assert make_chunks(docs, 3).tolist() == [[31373, 995, eot], [64, 12, 65]]
+    assert make_chunks(docs, 8).shape == (0, 8)
+    monkeypatch.setattr(module, 'pipeline', 'paper')
+    assert encode_rows(['', 'a']) == [[eot], [64, eot]]  # an empty row still gets its end-of-text
+
+
+def test_any_order_numbers_do_not_follow_the_l2r_precision():
+    assert module.dtype == 'float32' and module.l2r_precision(hf=False) == 'float32'  # on the CPU
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=50, n_layer=1, n_head=2, n_embd=16, cond_dim=8)).eval()
+    chunks = torch.randint(50, (2, 16))
+    l2r, members = evaluate(model, chunks, 2, 10_000, seed=0)
+    l2r_bf16, members_bf16 = evaluate(model, chunks, 2, 10_000, seed=0,
+                                      l2r_ctx=torch.autocast('cpu', dtype=torch.bfloat16))
+    assert torch.equal(members, members_bf16) and not torch.equal(l2r, l2r_bf16)
+    torch.testing.assert_close(l2r_bf16, l2r, atol=0.05, rtol=0)
 
 
 def eval_ppl(workdir, *args, check=True):
@@ -122,3 +186,63 @@ def test_memory_is_flat_in_the_number_of_chunks(workdir, bpe_ckpt):
                                                 '--device=cpu', cwd=workdir)
         assert out.splitlines()[-1].split()[1] == ('128' if max_chunks else '6,400')  # tokens evaluated
     assert runs[0] < runs[4] + 100, runs
+
+
+@pytest.fixture(scope='module')
+def tiny_gpt2(tmp_path_factory):
+    """A randomly initialised GPT-2 (GPT-2's vocabulary and 1024 positions, 16 wide) saved with save_pretrained."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp('tiny-gpt2')
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=1024)).save_pretrained(folder)
+    return str(folder)
+
+
+def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2):
+    from transformers import AutoModelForCausalLM
+    out = eval_ppl(workdir, f'--init_from={tiny_gpt2}', '--dataset=ptb', f'--data_dir={os.path.join(SHARED, "data")}',
+                   '--max_chunks=4', '--out_json=gpt2.json', '--device=cpu')
+    assert 'left-to-right only; each 1024-token chunk scores its last 1023 tokens' in out.stdout
+    result = json.load(open(workdir / 'gpt2.json'))['results']['ptb']
+    assert result['tokens'] == 4 * 1023 and set(result['ppl']) == {'l2r'}
+    # independently: the Hugging Face model's own shifted loss on the authors' first four PTB chunks
+    chunks = torch.load(shared_path('fixtures', 'eval_protocol_chunks.pt'), weights_only=True)['ptb']['chunks'][:4]
+    model = AutoModelForCausalLM.from_pretrained(tiny_gpt2).eval()
+    with torch.no_grad():
+        losses = [model(c[None].long(), labels=c[None].long()).loss for c in chunks]
+    assert result['ppl']['l2r'] == pytest.approx(math.exp(torch.stack(losses).mean().item()), rel=1e-5)
+    assert out.stdout.splitlines()[-2].split()[:4] == ['ptb', '4,092', f"{result['ppl']['l2r']:.3f}", '-']
+
+
+def test_gpt2_baseline_errors_are_one_line(workdir, tiny_gpt2, tmp_path, monkeypatch):
+    no_weights = tmp_path / 'no-weights'
+    no_weights.mkdir()
+    shutil.copy(os.path.join(tiny_gpt2, 'config.json'), no_weights)
+    data = f'--data_dir={os.path.join(SHARED, "data")}'
+    assert 'is scored left-to-right only: --ensemble applies to AO-GPT checkpoints' in \
+        one_line_error('eval_ppl.py', f'--init_from={tiny_gpt2}', '--dataset=ptb', data, '--ensemble=2', cwd=workdir)
+    assert f"could not load the Hugging Face model '{no_weights}'" in \
+        one_line_error('eval_ppl.py', f'--init_from={no_weights}', '--dataset=ptb', data, cwd=workdir)
+    assert 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char holds' in \
+        one_line_error('eval_ppl.py', f'--init_from={tiny_gpt2}', '--dataset=shakespeare_char', cwd=workdir)
+    monkeypatch.setitem(sys.modules, 'transformers', None)  # as if it were not installed
+    assert 'gpt2-medium is a Hugging Face model, which needs transformers: pip install transformers' in \
+        one_line_error('eval_ppl.py', '--init_from=gpt2-medium', '--dataset=ptb', data, cwd=workdir)
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--pipeline=sedd'], '--pipeline must be one of paper, clean'),
+    (['--l2r_dtype=half'], '--l2r_dtype must be one of auto, float32, bfloat16, float16'),
+])
+def test_new_settings_are_checked(workdir, char_ckpt, args, message):
+    assert message in one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir)
+
+
+def test_a_set_too_short_for_one_chunk_per_batch(workdir, bpe_ckpt):
+    # 20 one-word rows, 40 tokens: a 32-token block overall, but 8 shards of 2 or 3 rows cut on their own
+    (workdir / 'words.txt').write_text('word\n' * 20)
+    assert 'words.txt makes no 32-token chunk: --pipeline=paper cuts each batch (at most 1,000 rows of one of 8 ' \
+        'shards) on its own' in one_line_error('eval_ppl.py', f'--out_dir={bpe_ckpt}', '--device=cpu',
+                                               '--data_file=words.txt', cwd=workdir)
+    out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--device=cpu', '--data_file=words.txt', '--pipeline=clean')
+    assert out.stdout.splitlines()[-1].split()[:2] == ['words.txt', '32']
