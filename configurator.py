@@ -13,7 +13,8 @@ and is run as
 
 Arguments are applied left to right, so a later one wins:
 - a path (no leading --) is a python config file; its plain values (int, float, bool, str,
-  None) whose names do not start with _ override the settings; imports and helpers are ignored
+  None) whose names do not start with _ override the settings; imports and helpers are ignored,
+  and a list, tuple, dict or set is an error (an explicit order goes in a file: train.py --order_file)
 - --key=value or --key value overrides one setting; the text is parsed by the type of the
   default (a str stays as typed, a None default goes through ast.literal_eval)
 - --key alone sets a bool setting to True
@@ -29,6 +30,7 @@ import os
 import sys
 
 PLAIN_TYPES = (int, float, bool, str, type(None))
+DATA_TYPES = (list, tuple, dict, set)  # never silently dropped, whatever their name
 TRUE_WORDS = {'true', '1', 'yes'}
 FALSE_WORDS = {'false', '0', 'no'}
 
@@ -81,7 +83,8 @@ def fail(message):
 def read_config_file(path, keys=()):
     """Run a python config file and return its plain public values by name.
 
-    A value of another type (a list, say) under the name of a setting is an error, not ignored.
+    A value of another type under the name of a setting, or a list, tuple, dict or set under any
+    public name, is an error, not ignored.
     """
     if not os.path.isfile(path):
         fail(f"config file '{path}' not found")
@@ -93,10 +96,11 @@ def read_config_file(path, keys=()):
         fail(f'config file {path}, line {e.lineno}: {e.msg}')
     except Exception as e:  # the file is user code: report whatever it raised in one line
         fail(f'config file {path} failed: {type(e).__name__}: {e}')
-    for key in keys:
-        if key in scope and not isinstance(scope[key], PLAIN_TYPES):
+    for key, value in scope.items():  # helpers (imports, functions) may be anything; data may not
+        public_data = not key.startswith('_') and isinstance(value, DATA_TYPES)
+        if public_data or (key in keys and not isinstance(value, PLAIN_TYPES)):
             fail(f'{key} in {path} must be a plain value (int, float, bool, str or None), '
-                 f'got {type(scope[key]).__name__}')
+                 f'got {type(value).__name__}')
     return {k: v for k, v in scope.items() if not k.startswith('_') and isinstance(v, PLAIN_TYPES)}
 
 

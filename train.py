@@ -45,13 +45,14 @@ wandb_project = 'ao-gpt'
 wandb_run_name = 'ao-gpt'
 # data
 dataset = 'openwebtext'
-gradient_accumulation_steps = 32  # summed over all processes
+gradient_accumulation_steps = 64  # summed over all processes: 16 x 1024 x 64 = 1,048,576 tokens per iteration
 batch_size = 16  # micro-batch size per process
 block_size = 1024
 # training orders
 order = 'mixed'  # one of ORDER_MODES
 random_ratio = 0.9  # 'mixed': fraction of sequences in a random order (the rest left-to-right)
 order_block = 16  # 'block_random': size of the blocks shuffled within
+order_file = ''  # 'fixed_random': read the order from a .pt/.npy/.txt permutation of 0..block_size-1 instead
 # model
 n_layer = 12
 n_head = 12
@@ -62,15 +63,15 @@ bias = True
 target_injection = 'adaln'  # 'adaln' or 'add'
 # AdamW
 learning_rate = 6e-4
-max_iters = 400000
+max_iters = 500000
 weight_decay = 0.05
 beta1 = 0.9
 beta2 = 0.95
 grad_clip = 1.0  # 0 disables
-# learning rate schedule: linear warmup, then cosine down to min_lr
+# learning rate schedule: linear warmup from 0, then cosine down to min_lr
 decay_lr = True
-warmup_iters = 2500
-lr_decay_iters = 400000
+warmup_iters = 2000
+lr_decay_iters = 500000
 min_lr = 6e-5
 # EMA of the weights, used for evaluation and saved in checkpoints
 ema_decay = 0.9999
@@ -102,6 +103,39 @@ if decay_lr and lr_decay_iters <= warmup_iters:
 if min_lr > learning_rate:
     fail(f'--min_lr ({min_lr}) must not exceed --learning_rate ({learning_rate})')
 check_device(device, dtype)
+if order_file and order != 'fixed_random':
+    fail(f'--order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order={order})')
+
+
+def read_order_file(path):
+    """The permutation of 0..block_size-1 in a .pt (tensor or list), .npy or .txt (integers separated by
+    spaces, commas or newlines) file; one-line errors for anything else."""
+    if not os.path.isfile(path):
+        fail(f'--order_file={path} not found')
+    if not path.endswith(('.pt', '.npy', '.txt')):
+        fail(f'--order_file must be a .pt, .npy or .txt file, got {path}')
+    try:
+        if path.endswith('.pt'):
+            values = torch.load(path, weights_only=True)
+        elif path.endswith('.npy'):
+            values = np.load(path, allow_pickle=False)
+        else:
+            with open(path) as f:
+                values = [int(v) for v in f.read().strip().strip('[]').replace(',', ' ').split()]
+        explicit = torch.as_tensor(values)
+    except Exception as e:  # a broken file of any of three formats: say which file, in one line
+        fail(f"--order_file={path} does not hold a list of integers ({type(e).__name__}: {' '.join(str(e).split())[:120]})")
+    if explicit.dim() != 1 or explicit.dtype.is_floating_point or explicit.dtype == torch.bool:
+        fail(f'--order_file={path} must hold one list of integers, got a {explicit.dtype} tensor of shape '
+             f'{tuple(explicit.shape)}')
+    explicit = explicit.long()
+    if not torch.equal(explicit.sort().values, torch.arange(block_size)):
+        fail(f'--order_file={path} must hold a permutation of 0..{block_size - 1} (every position of block_size '
+             f'{block_size} once), got {len(explicit)} values')
+    return explicit
+
+
+explicit_order = read_order_file(order_file) if order_file else None
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
 if eval_only and init_from == 'scratch':
     init_from = 'resume'  # evaluate the run in out_dir
@@ -177,6 +211,8 @@ iter_num = 0
 resumed_at = None
 checkpoint = None
 fixed_order = make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
+if explicit_order is not None:
+    fixed_order = explicit_order
 torch.manual_seed(seed)  # the same initial weights on every process and every run
 if init_from == 'scratch':
     try:
@@ -194,6 +230,8 @@ elif init_from == 'resume':
     iter_num = checkpoint['iter_num']
     resumed_at = iter_num  # already evaluated and saved there
     fixed_order = checkpoint['fixed_order']
+    if explicit_order is not None and not torch.equal(explicit_order, fixed_order):
+        fail(f'--order_file={order_file} is not the order {init_path} was trained with: resume without it')
 else:
     pretrained, pretrained_checkpoint = load_checkpoint(init_path)  # its EMA weights and architecture
     check_vocab(checkpoint_vocab(pretrained_checkpoint, pretrained.config.vocab_size), data_vocab, dataset)
@@ -247,8 +285,8 @@ def estimate_losses():
 
 
 def get_lr(it):
-    if it < warmup_iters:
-        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it < warmup_iters:  # the authors' warmup: 0 at the first iteration
+        return learning_rate * it / warmup_iters
     if it > lr_decay_iters:
         return min_lr
     ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)

@@ -141,6 +141,8 @@ def test_config_file_with_wrong_type_is_an_error(tmp_path):
     ('max_iters = (\n', 'line 1'),  # a syntax error names the line
     ('max_iters = 1 / 0\n', 'ZeroDivisionError: division by zero'),
     ('max_iters = [1, 2]\n', 'max_iters in'),  # a list under a setting's name is not silently dropped
+    ('orders = [2, 0, 1]\n', 'orders in'),  # nor under another name
+    ('table = {"a": 1}\n', 'table in'),
     ("learning_rate = float('nan')\n", 'learning_rate in'),
 ])
 def test_broken_config_file_is_one_line(tmp_path, source, message):
@@ -167,6 +169,11 @@ def test_only_rank_zero_speaks_under_torchrun(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         fail('bad')
     assert exc.value.code == 1  # the exit status, no second copy of the message
+
+
+def test_config_file_helpers_are_ignored(tmp_path):
+    path = write(tmp_path, 'cfg.py', 'import os\n_scratch = [1, 2]\ndef helper():\n    pass\nmax_iters = 3\n')
+    assert run(path)[1] == {'max_iters': 3}
 
 
 def test_missing_config_file():

@@ -3,11 +3,13 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
 import conftest
-from conftest import ROOT, run_script, shared_path
+from configurator import read_config_file
+from conftest import ROOT, one_line_error, run_script, shared_path
 
 TINY = ['--dataset=shakespeare_char', *conftest.TINY]
 
@@ -119,9 +121,95 @@ def test_init_from_authors_checkpoint(workdir):
 
 
 @pytest.mark.parametrize('name', ['train_ao_gpt_small', 'train_ao_gpt_medium', 'train_gpt_small',
-                                  'train_shakespeare_char'])
+                                  'train_shakespeare_char', 'train_ao_gpt_small_nocl', 'train_order_l2r',
+                                  'train_order_fixed_random', 'train_order_block_random'])
 def test_config_files_apply(workdir, name):
     # the real config, then a tiny model and data so that the evaluation at iteration 0 runs in seconds
     out = run_script('train.py', os.path.join(ROOT, 'config', f'{name}.py'), *TINY, '--max_iters=0',
                      f'--out_dir=out-{name}', cwd=workdir)
     assert 'EMA loss' in out.stdout and not (workdir / f'out-{name}' / 'ckpt.pt').exists()
+
+
+def test_recipes_are_the_authors():
+    def recipe(name):
+        return read_config_file(os.path.join(ROOT, 'config', f'{name}.py'))
+
+    def tokens_per_iter(c):
+        return c['batch_size'] * c['block_size'] * c['gradient_accumulation_steps']
+    small, medium, nocl = recipe('train_ao_gpt_small'), recipe('train_ao_gpt_medium'), recipe('train_ao_gpt_small_nocl')
+    for c in (small, medium, nocl):
+        assert tokens_per_iter(c) == 1_048_576 and c['batch_size'] == 16
+        assert c['max_iters'] == c['lr_decay_iters'] == 500_000 and c['warmup_iters'] == 2000 and c['min_lr'] == 6e-5
+        assert c['dropout'] == 0.0 and c['beta2'] == 0.95 and c['ema_decay'] == 0.9999
+    assert small['learning_rate'] == nocl['learning_rate'] == 6e-4 and medium['learning_rate'] == 3e-4
+    assert (medium['n_layer'], medium['n_head'], medium['n_embd']) == (24, 16, 1024)
+    assert small['order'] == 'mixed' and small['random_ratio'] == 0.9 and nocl['random_ratio'] == 1.0
+    for name, order in [('l2r', 'l2r'), ('fixed_random', 'fixed_random'), ('block_random', 'block_random')]:
+        c = recipe(f'train_order_{name}')
+        assert c['order'] == order and tokens_per_iter(c) == 524_288
+        assert c['max_iters'] == 20_000 and c['lr_decay_iters'] == 500_000
+
+
+def test_learning_rate_is_the_authors_schedule(workdir):
+    train(workdir, 'out-lr', '--max_iters=12', '--eval_interval=1', '--warmup_iters=4', '--lr_decay_iters=10',
+          '--learning_rate=1e-3', '--min_lr=1e-4')
+
+    def authors_lr(it):  # linear from 0 over the warmup, cosine to min_lr, then flat
+        if it < 4:
+            return 1e-3 * it / 4
+        if it > 10:
+            return 1e-4
+        return 1e-4 + 0.5 * (1 + math.cos(math.pi * (it - 4) / 6)) * (1e-3 - 1e-4)
+    records = metrics(workdir, 'out-lr')
+    assert [r['iter'] for r in records] == list(range(13))
+    assert [r['lr'] for r in records] == pytest.approx([authors_lr(it) for it in range(13)], rel=1e-12, abs=1e-15)
+
+
+def write_order(path, order):
+    if path.suffix == '.pt':
+        torch.save(order, path)
+    elif path.suffix == '.npy':
+        np.save(path, order)
+    else:
+        path.write_text(order)
+    return str(path)
+
+
+@pytest.mark.parametrize('suffix', ['.txt', '.pt', '.npy'])
+def test_order_file_is_the_fixed_order(workdir, tmp_path, suffix):
+    order = torch.arange(32).flip(0).roll(5)  # any permutation of 0..31
+    content = {'.txt': ', '.join(map(str, order.tolist())) + '\n', '.pt': order, '.npy': order.numpy()}[suffix]
+    path = write_order(tmp_path / f'order{suffix}', content)
+    out_dir = f'out-order-file{suffix}'
+    train(workdir, out_dir, '--order=fixed_random', f'--order_file={path}', '--max_iters=2', '--eval_interval=2')
+    ckpt = load(workdir, out_dir)
+    assert torch.equal(ckpt['fixed_order'], order) and ckpt['config']['order_file'] == path
+    if suffix == '.txt':  # resuming keeps the checkpoint's order and refuses another one
+        train(workdir, out_dir, '--order=fixed_random', f'--order_file={path}', '--max_iters=4', '--eval_interval=2',
+              '--init_from=resume')
+        other = write_order(tmp_path / 'other.txt', ' '.join(map(str, range(32))))
+        assert 'is not the order' in one_line_error('train.py', *TINY, f'--out_dir={out_dir}', '--order=fixed_random',
+                                                    f'--order_file={other}', '--init_from=resume', cwd=workdir)
+
+
+@pytest.mark.parametrize('name,content,message', [
+    ('dup.txt', ' '.join(['0'] * 32), 'must hold a permutation of 0..31 (every position of block_size 32 once), got 32'),
+    ('short.txt', '0 1 2', 'must hold a permutation of 0..31 (every position of block_size 32 once), got 3 values'),
+    ('words.txt', '0 1 two', 'does not hold a list of integers (ValueError'),
+    ('float.npy', np.arange(32.0), 'must hold one list of integers, got a torch.float64 tensor of shape (32,)'),
+    ('square.pt', torch.arange(32).view(4, 8), 'must hold one list of integers, got a torch.int64 tensor of shape (4, 8)'),
+    ('order.csv', '0,1', '--order_file must be a .pt, .npy or .txt file'),
+])
+def test_bad_order_file_is_one_line(workdir, tmp_path, name, content, message):
+    path = write_order(tmp_path / name, content)
+    error = one_line_error('train.py', *TINY, '--out_dir=out-bad-order', '--order=fixed_random', f'--order_file={path}',
+                           cwd=workdir)
+    assert message in error and path in error
+
+
+def test_order_file_needs_a_fixed_order_run(workdir, tmp_path):
+    path = write_order(tmp_path / 'order.txt', ' '.join(map(str, range(32))))
+    assert one_line_error('train.py', *TINY, f'--order_file={path}', cwd=workdir) == \
+        'error: --order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order=mixed)'
+    assert 'order_file=nope.txt not found' in one_line_error('train.py', *TINY, '--order_file=nope.txt',
+                                                             '--order=fixed_random', cwd=workdir)
