@@ -124,7 +124,8 @@ def read_order_file(path):
                 values = [int(v) for v in f.read().strip().strip('[]').replace(',', ' ').split()]
         explicit = torch.as_tensor(values)
     except Exception as e:  # a broken file of any of three formats: say which file, in one line
-        fail(f"--order_file={path} does not hold a list of integers ({type(e).__name__}: {' '.join(str(e).split())[:120]})")
+        reason = ' '.join(str(e).split())[:120]
+        fail(f'--order_file={path} does not hold a list of integers ({type(e).__name__}: {reason})')
     if explicit.dim() != 1 or explicit.dtype.is_floating_point or explicit.dtype == torch.bool:
         fail(f'--order_file={path} must hold one list of integers, got a {explicit.dtype} tensor of shape '
              f'{tuple(explicit.shape)}')

@@ -111,16 +111,19 @@ def test_paper_chunks_equal_a_parallel_datasets_map(n_rows):
     assert len(expected) < sum(map(len, docs)) // 16  # the per-batch remainders were dropped
 
 
-def test_clean_pipeline_strips_skips_and_cuts_once(monkeypatch):
-    monkeypatch.setattr(module, 'pipeline', 'clean')
-    rows = ['hello world', '   ', 'a @-@ b ']
+def test_clean_pipeline_strips_skips_and_cuts_once(tmp_path, monkeypatch):
+    path = tmp_path / 'rows.txt'
+    path.write_text('hello world\n   \na-b \n')
+    monkeypatch.setattr(module, 'data_file', str(path))
     eot = 50256
-    assert encode_rows([r.strip() for r in rows if r.strip()], wikitext_detokenize) == [[31373, 995, eot], [64, 12, 65, eot]]
-    docs = encode_rows(['hello world', 'a-b'])
-    assert make_chunks(docs, 3).tolist() == [[31373, 995, eot], [64, 12, 65]]
-    assert make_chunks(docs, 8).shape == (0, 8)
-    monkeypatch.setattr(module, 'pipeline', 'paper')
-    assert encode_rows(['', 'a']) == [[eot], [64, eot]]  # an empty row still gets its end-of-text
+    paper, _ = load_tokens(str(path))  # every row as it is, each with its end-of-text
+    assert paper == [[31373, 995, eot], [220, 220, 220, eot], [64, 12, 65, 220, eot]]
+    monkeypatch.setattr(module, 'pipeline', 'clean')
+    clean, _ = load_tokens(str(path))
+    assert clean == [[31373, 995, eot], [64, 12, 65, eot]]
+    assert make_chunks(clean, 3).tolist() == [[31373, 995, eot], [64, 12, 65]]  # one stream, the rest dropped
+    assert make_chunks(clean, 8).shape == (0, 8)
+    assert encode_rows(['', 'a']) == [[eot], [64, eot]]  # an empty row is end-of-text alone
 
 
 def test_any_order_numbers_do_not_follow_the_l2r_precision():
