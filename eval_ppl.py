@@ -432,7 +432,7 @@ def perplexities(l2r, members):
 
 def is_hf_model(name):
     """A Hugging Face GPT-2 name (openai-community/ optional) or a folder saved with save_pretrained."""
-    return name.removeprefix('openai-community/') in HF_GPT2 or os.path.isdir(name)
+    return name.removeprefix('openai-community/') in HF_GPT2 or os.path.isfile(os.path.join(name, 'config.json'))
 
 
 def l2r_precision(hf):
