@@ -21,7 +21,8 @@ import re
 import torch
 from tqdm import tqdm
 
-from common import autocast, check_device, checkpoint_path, default_device, default_dtype, load_tokenizer
+from common import (autocast, check_device, checkpoint_path, default_device, default_dtype, load_tokenizer,
+                    token_count)
 from configurator import check_settings, fail, one_of, optional_int
 from model import KVCache, decode_step, load_checkpoint
 
@@ -127,13 +128,14 @@ def confidence_scores(logits, kind):
 @torch.no_grad()
 def generate(model, x, known, steps, schedule='linear', order='random', confidence='maxprob',
              temperature=1.0, top_k=None, top_p=1.0, generator=None, progress=False, on_step=None,
-             top_p_mode='nucleus', sample_dtype=torch.float64):
+             top_p_mode='nucleus', sample_dtype=torch.float64, n_tokens=None):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
     to right, in one forward with the first step; then the n unknown positions are decoded in
     `steps` steps. on_step(targets, logits), if given, sees each step's positions (B, k) and logits.
-    Tokens are drawn with sample_tokens (temperature, top_k, top_p, top_p_mode, sample_dtype).
+    Tokens are drawn with sample_tokens (temperature, top_k, top_p, top_p_mode, sample_dtype), from
+    ids below n_tokens only if given (the ids past it pad the vocabulary table and have no text).
     """
     B, T = x.shape
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
@@ -148,7 +150,7 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
         candidates = masked if order == 'confidence' else masked[:, :k]
-        logits = decode_step(model, cache, x.gather(1, positions.clamp(min=0)), positions, candidates)
+        logits = decode_step(model, cache, x.gather(1, positions.clamp(min=0)), positions, candidates)[..., :n_tokens]
         if order == 'confidence':
             pick = confidence_scores(logits, confidence).topk(k, dim=1).indices  # most confident first
             targets = candidates.gather(1, pick)
@@ -256,10 +258,11 @@ def main():
         model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
+    n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
     with autocast(device, dtype):
         x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, schedule, order, confidence,
                         temperature, top_k, top_p, generator, progress=True, top_p_mode=top_p_mode,
-                        sample_dtype=getattr(torch, sample_dtype))
+                        sample_dtype=getattr(torch, sample_dtype), n_tokens=n_tokens)
     for row in x.tolist():
         print(decode(row))
         print('---------------')

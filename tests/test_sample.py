@@ -181,6 +181,14 @@ def test_seeded_sampling_is_deterministic(order):
         assert torch.equal(run(0, temperature=0)[0], run(1, temperature=0)[0])
 
 
+@pytest.mark.parametrize('order', ['random', 'confidence'])
+def test_ids_past_n_tokens_are_never_drawn(order):
+    # the padding rows of a GPT-2 table (50257 of 50304 are tokens) stand for ids 6..10 here
+    x, _ = generate(tiny_model(), torch.zeros(64, T, dtype=torch.long), torch.tensor(KNOWN['none']), 4, order=order,
+                    generator=torch.Generator().manual_seed(0), n_tokens=6)
+    assert x.max() == 5
+
+
 def test_greedy_l2r_equals_argmax_of_full_forwards():
     model = tiny_model()
     x, _ = generate(model, torch.zeros(2, T, dtype=torch.long), torch.tensor(KNOWN['prefix']), 11,
