@@ -14,6 +14,8 @@ or lowest entropy, see `confidence`). start: a prefix (or FILE:path); infill: a 
 `mask_token` markers are generated ([MASK] is one token, [MASK:5] five) around the known text.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), or
 a Hugging Face Hub file hf:owner/repo/path. Character-level checkpoints carry their vocabulary.
+Tokens are drawn by inverse CDF in float64 (sample_dtype); top_p_mode='authors' is the authors'
+top-p (the token that crosses top_p is dropped), and the step sizes truncate as theirs do.
 """
 import math
 import re
