@@ -14,16 +14,7 @@ import torch
 import gen_ppl
 from conftest import ROOT, one_line_error
 from test_model import tiny_model
-
-
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('OMP_NUM_THREADS', '1')
-        yield
-    torch.set_num_threads(threads)
+from test_sample import one_thread  # noqa: F401 (autouse: tiny models run on one thread)
 
 
 @pytest.fixture(scope='module')
