@@ -148,6 +148,11 @@ def check_vocab(model_vocab, data_vocab, name):
              f'use data made with the tokenizer of the checkpoint')
 
 
+def token_count(checkpoint, vocab_size):
+    """How many ids of a checkpoint's vocabulary are tokens: GPT-2's 50257 of a padded 50304-row table."""
+    return GPT2_VOCAB if checkpoint_vocab(checkpoint, vocab_size) == 'gpt2' else vocab_size
+
+
 def load_tokenizer(checkpoint, vocab_size):
     """encode, decode for a checkpoint: its stored character vocabulary, else GPT-2 BPE."""
     chars = checkpoint_vocab(checkpoint, vocab_size)
@@ -193,3 +198,10 @@ def load_hf_causal_lm(name, device):
         fail(f'could not load the Hugging Face model {name!r} ({reason}); check the name and the network, '
              f'or pass a local folder saved with save_pretrained')
     return model.to(device).eval()
+
+
+def print_table(head, rows):
+    """Print rows of cells under head, in left-aligned columns."""
+    widths = [max(len(str(row[k])) for row in [head, *rows]) for k in range(len(head))]
+    for row in [head, *rows]:
+        print('  '.join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())

@@ -14,6 +14,8 @@ or lowest entropy, see `confidence`). start: a prefix (or FILE:path); infill: a 
 `mask_token` markers are generated ([MASK] is one token, [MASK:5] five) around the known text.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), or
 a Hugging Face Hub file hf:owner/repo/path. Character-level checkpoints carry their vocabulary.
+Tokens are drawn by inverse CDF in float64 (sample_dtype); top_p_mode='authors' is the authors'
+top-p (the token that crosses top_p is dropped), and the step sizes truncate as theirs do.
 """
 import math
 import re
@@ -21,7 +23,8 @@ import re
 import torch
 from tqdm import tqdm
 
-from common import autocast, check_device, checkpoint_path, default_device, default_dtype, load_tokenizer
+from common import (autocast, check_device, checkpoint_path, default_device, default_dtype, load_tokenizer,
+                    token_count)
 from configurator import check_settings, fail, one_of, optional_int
 from model import KVCache, decode_step, load_checkpoint
 
@@ -41,6 +44,8 @@ confidence = 'maxprob'  # order=confidence decodes the highest 'maxprob' or the 
 temperature = 1.0  # 0: greedy
 top_k = None  # sample from the top_k most likely tokens only
 top_p = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
+top_p_mode = 'nucleus'  # 'nucleus' keeps the token that crosses top_p, 'authors' drops it (their sampler)
+sample_dtype = 'float64'  # precision of the sampling probabilities and CDF: 'float64' or 'float32'
 seed = 1337
 device = default_device()
 dtype = default_dtype()
@@ -49,45 +54,71 @@ compile = False
 SCHEDULES = ('linear', 'cosine')
 ORDERS = ('random', 'l2r', 'confidence')
 CONFIDENCES = ('maxprob', 'entropy')
+TOP_P_MODES = ('nucleus', 'authors')
+SAMPLE_DTYPES = ('float64', 'float32')
 
 
 def step_sizes(n, steps, schedule='linear'):
-    """Tokens decoded at each step: by step s, round(n * (1 - t_s)) with the masking time t_s going
-    from 1 to 0 (linearly, or as cos(pi/2 * s/steps)), and at least one new token per step."""
+    """Tokens decoded at each step, counted as the authors' sampler does: by step i, n_i =
+    max(int(n * (1 - t_i)), n_{i-1} + 1) tokens, truncated, with the masking time t going from 1 to 0
+    in float32: linspace(1, 0, steps + 1), or cos(pi/2 * (1 - linspace(1, 0, steps + 1))) for cosine."""
+    t = torch.linspace(1, 0, steps + 1, dtype=torch.float32)
+    if schedule == 'cosine':
+        t = torch.cos((1 - t) * math.pi * 0.5)
+    reached = (n * (1 - t[1:])).long().tolist()
+    reached[-1] = n  # float32 cos(pi/2) is not quite 0; the last step always ends the sample
     sizes, done = [], 0
-    for s in range(1, steps + 1):
-        u = s / steps
-        t = 1 - u if schedule == 'linear' else math.cos(math.pi / 2 * u)
-        target = min(max(round(n * (1 - t)), done + 1), n - (steps - s))  # room for one per later step
-        sizes.append(target - done)
-        done = target
+    for r in reached:
+        r = max(r, done + 1)
+        sizes.append(r - done)
+        done = r
     return sizes
 
 
-def filter_probs(logits, temperature=1.0, top_k=None, top_p=1.0):
-    """Sampling probabilities (float32) from logits (..., V): temperature, then top_k, then top_p."""
-    logits = logits.float() / temperature
+def filter_probs(logits, temperature=1.0, top_k=None, top_p=1.0, top_p_mode='nucleus', dtype=torch.float64):
+    """Sampling probabilities in dtype from logits (..., V): temperature, then top_k, then top_p.
+
+    top_p_mode 'nucleus' keeps the smallest set of most likely tokens holding top_p of the mass
+    (the token that crosses top_p stays); 'authors' keeps those whose cumulative probability is at
+    most top_p (the crossing token goes, the most likely one always stays), as the authors' sampler.
+    """
+    logits = logits.to(dtype) / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)
     probs = logits.softmax(-1)
     if top_p < 1.0:
         sorted_probs, index = probs.sort(-1, descending=True)
-        # drop a token when the more likely ones already hold top_p of the mass
-        sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(-1) - sorted_probs >= top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, index, sorted_probs)
+        cumulative = sorted_probs.cumsum(-1)
+        if top_p_mode == 'nucleus':  # drop a token when the more likely ones already hold top_p
+            drop = cumulative - sorted_probs >= top_p
+        else:
+            drop = cumulative > top_p
+            drop[..., 0] = False
+        probs = torch.zeros_like(probs).scatter(-1, index, sorted_probs.masked_fill(drop, 0.0))
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
 
 
-def sample_tokens(logits, temperature, top_k, top_p, generator):
-    """One token per row of logits (..., V), each drawn independently."""
+def inverse_cdf(probs, u):
+    """The token drawn by each uniform of u (..., k) in [0, 1) from probs (..., V): (..., k).
+
+    In float64 every token's interval of the CDF is as wide as its probability; in float32 the CDF
+    near 1 moves in steps of 6e-8, so tokens below that get an empty interval or a whole step.
+    """
+    cdf = probs.cumsum(-1)
+    u = u.to(cdf.dtype) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=cdf.size(-1) - 1)
+
+
+def sample_tokens(logits, temperature, top_k, top_p, generator, top_p_mode='nucleus', dtype=torch.float64):
+    """One token per row of logits (..., V), each drawn independently, with the CDF in dtype."""
     if temperature == 0:
         return logits.argmax(-1)
     # inverse CDF, one uniform per draw: much faster than torch.multinomial over a large vocabulary
-    cdf = filter_probs(logits, temperature, top_k, top_p).cumsum(-1)
-    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device) * cdf[..., -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.size(-1) - 1)
+    probs = filter_probs(logits, temperature, top_k, top_p, top_p_mode, dtype)
+    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device, dtype=dtype)
+    return inverse_cdf(probs, u).squeeze(-1)
 
 
 def confidence_scores(logits, kind):
@@ -98,12 +129,15 @@ def confidence_scores(logits, kind):
 
 @torch.no_grad()
 def generate(model, x, known, steps, schedule='linear', order='random', confidence='maxprob',
-             temperature=1.0, top_k=None, top_p=1.0, generator=None, progress=False, on_step=None):
+             temperature=1.0, top_k=None, top_p=1.0, generator=None, progress=False, on_step=None,
+             top_p_mode='nucleus', sample_dtype=torch.float64, n_tokens=None):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
     to right, in one forward with the first step; then the n unknown positions are decoded in
     `steps` steps. on_step(targets, logits), if given, sees each step's positions (B, k) and logits.
+    Tokens are drawn with sample_tokens (temperature, top_k, top_p, top_p_mode, sample_dtype), from
+    ids below n_tokens only if given (the ids past it pad the vocabulary table and have no text).
     """
     B, T = x.shape
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
@@ -118,7 +152,7 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
         candidates = masked if order == 'confidence' else masked[:, :k]
-        logits = decode_step(model, cache, x.gather(1, positions.clamp(min=0)), positions, candidates)
+        logits = decode_step(model, cache, x.gather(1, positions.clamp(min=0)), positions, candidates)[..., :n_tokens]
         if order == 'confidence':
             pick = confidence_scores(logits, confidence).topk(k, dim=1).indices  # most confident first
             targets = candidates.gather(1, pick)
@@ -129,7 +163,7 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
         else:
             targets, masked = candidates, masked[:, k:]
             cache.commit(positions.size(1))
-        x.scatter_(1, targets, sample_tokens(logits, temperature, top_k, top_p, generator))
+        x.scatter_(1, targets, sample_tokens(logits, temperature, top_k, top_p, generator, top_p_mode, sample_dtype))
         if on_step is not None:
             on_step(targets, logits)
         decoded.append(targets)
@@ -159,19 +193,32 @@ def parse_infill(template, marker, encode):
     return ids + text, known + [True] * len(text)
 
 
+SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
+    'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
+    'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
+    'max_new_tokens': optional_int(1),
+    'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
+}
+TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')
+TOP_P_RULE = (lambda v: 0 < v <= 1, 'in (0, 1]')
+
+
+def check_sampling(settings):
+    """The checks of SAMPLING_RULES, plus the device: MPS has no float64."""
+    check_settings(settings, SAMPLING_RULES)
+    check_device(settings['device'], settings['dtype'])
+    if torch.device(settings['device']).type == 'mps' and settings['sample_dtype'] == 'float64':
+        fail('MPS has no float64: use --sample_dtype=float32 there')
+
+
 def check_inputs():
-    check_settings(globals(), {
-        'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
-        'temperature': (lambda v: v >= 0, '>= 0 (0 is greedy)'), 'top_p': (lambda v: 0 < v <= 1, 'in (0, 1]'),
-        'top_k': optional_int(1), 'num_samples': (lambda v: type(v) is int and v >= 1, 'an int >= 1'),
-        'max_new_tokens': optional_int(1), 'steps': optional_int(1),
-        'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
-    })
-    check_device(device, dtype)
+    check_sampling(globals())
+    check_settings(globals(), {'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE, 'steps': optional_int(1),
+                               'num_samples': (lambda v: type(v) is int and v >= 1, 'an int >= 1')})
 
 
-def prompt_tokens(encode, block_size):
-    """The ids of one sample and which of them are known, from --infill or --start."""
+def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):
+    """The ids of one sample and which of them are known, from an infill template or a start prefix."""
     if infill:
         ids, known = parse_infill(infill, mask_token, encode)
         if len(ids) > block_size:
@@ -193,24 +240,31 @@ def prompt_tokens(encode, block_size):
     return prefix + [0] * new, [True] * len(prefix) + [False] * new
 
 
+def check_steps(steps, n):
+    """The number of decoding steps for n tokens: steps, or n (one token per step) for None."""
+    n_steps = n if steps is None else steps
+    if type(n_steps) is not int or not 1 <= n_steps <= n:
+        fail(f'--steps must be an int from 1 to the {n} tokens to generate, got {steps!r}')
+    return n_steps
+
+
 def main():
     check_inputs()
     model, checkpoint = load_checkpoint(checkpoint_path(init_from, out_dir), device, use_ema)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
-    ids, known = prompt_tokens(encode, block_size)
-    n = known.count(False)
-    n_steps = n if steps is None else steps
-    if not isinstance(n_steps, int) or not 1 <= n_steps <= n:
-        fail(f'--steps must be an int from 1 to the {n} tokens to generate, got {steps!r}')
+    ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token)
+    n_steps = check_steps(steps, known.count(False))
 
     if compile:
         model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
+    n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
     with autocast(device, dtype):
         x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, schedule, order, confidence,
-                        temperature, top_k, top_p, generator, progress=True)
+                        temperature, top_k, top_p, generator, progress=True, top_p_mode=top_p_mode,
+                        sample_dtype=getattr(torch, sample_dtype), n_tokens=n_tokens)
     for row in x.tolist():
         print(decode(row))
         print('---------------')

@@ -1,10 +1,12 @@
 """sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
+import math
+
 import pytest
 import torch
 
 import sample
-from conftest import run_script
-from sample import filter_probs, generate, parse_infill, step_sizes
+from conftest import run_script, shared_path
+from sample import filter_probs, generate, inverse_cdf, parse_infill, sample_tokens, step_sizes
 from test_model import tiny_model
 
 T = 16  # tiny_model's block_size
@@ -73,6 +75,19 @@ def test_cached_decoding_equals_uncached_forwards(prompt, order, confidence, ste
             remaining = torch.stack([r[~torch.isin(r, t)] for r, t in zip(remaining, targets)])
 
 
+def authors_step_sizes(steps, schedule, n=1024):
+    """The authors' sampler loop, written out: n_i = max(int(n * (1 - t_i)), n_{i-1} + 1) in float32."""
+    t = torch.linspace(1, 0, steps + 1)
+    if schedule == 'cosine':
+        t = torch.cos((1 - t) * math.pi * 0.5)
+    done, sizes = 0, []
+    for i in range(1, steps + 1):
+        reached = max(int(n * (1 - t[i])), done + 1)
+        sizes.append(reached - done)
+        done = reached
+    return sizes
+
+
 def test_step_sizes():
     for n in [1, 7, 16, 64, 1000]:
         for steps in {min(s, n) for s in (1, 2, 5, n // 3 or 1, n - 1 or 1, n)}:
@@ -80,26 +95,73 @@ def test_step_sizes():
                 sizes = step_sizes(n, steps, schedule)
                 assert len(sizes) == steps and sum(sizes) == n and min(sizes) >= 1, (n, steps, schedule)
         assert step_sizes(n, n, 'cosine') == [1] * n
-    assert step_sizes(32, 5, 'linear') == [6, 7, 6, 7, 6]  # round(32 * s / 5)
-    # cosine: round(100 * (1 - cos(pi/2 * s/4))) = 8, 29, 62, 100: few tokens first, many at the end
-    assert step_sizes(100, 4, 'cosine') == [8, 21, 33, 38]
-    linear = step_sizes(1000, 10, 'linear')
-    assert max(linear) - min(linear) <= 1
+    # the authors' sizes for their 5-step linear schedule at T=32, from their own sampler
+    generation = torch.load(shared_path('fixtures', 'reference_parity_small.pt'), weights_only=True)['generation']
+    linear5 = next(g for g in generation if g['name'] == 'linear5')['step_sizes'].tolist()
+    assert step_sizes(32, 5, 'linear') == linear5 == [6, 6, 7, 6, 7]  # int(32 * s / 5): truncated, not rounded
+    # cosine: int(100 * (1 - cos(pi/2 * s/4))) = 7, 29, 61, 100: few tokens first, many at the end
+    assert step_sizes(100, 4, 'cosine') == [7, 22, 32, 39]
+    for steps in [64, 100, 128, 256, 300, 512, 1000, 1024]:  # 1024 tokens, as the authors' sampler hard-codes
+        for schedule in ['linear', 'cosine']:
+            assert step_sizes(1024, steps, schedule) == authors_step_sizes(steps, schedule), (steps, schedule)
 
 
 def test_filter_probs_by_hand():
     logits = torch.tensor([0.5, 0.25, 0.15, 0.1]).log()
-    torch.testing.assert_close(filter_probs(logits), torch.tensor([0.5, 0.25, 0.15, 0.1]))
+    p = lambda *v: torch.tensor(v, dtype=torch.float64)
+    torch.testing.assert_close(filter_probs(logits), p(0.5, 0.25, 0.15, 0.1))
     # top_p=0.7: 0.5 alone is not enough, 0.5 + 0.25 is; the rest are dropped and renormalised
-    torch.testing.assert_close(filter_probs(logits, top_p=0.7), torch.tensor([2 / 3, 1 / 3, 0, 0]))
-    torch.testing.assert_close(filter_probs(logits, top_p=0.5), torch.tensor([1.0, 0, 0, 0]))
-    torch.testing.assert_close(filter_probs(logits, top_k=3), torch.tensor([0.5, 0.25, 0.15, 0]) / 0.9)
-    squared = torch.tensor([0.25, 0.0625, 0.0225, 0.01])
+    torch.testing.assert_close(filter_probs(logits, top_p=0.7), p(2 / 3, 1 / 3, 0, 0))
+    torch.testing.assert_close(filter_probs(logits, top_p=0.5), p(1.0, 0, 0, 0))
+    torch.testing.assert_close(filter_probs(logits, top_k=3), p(0.5, 0.25, 0.15, 0) / 0.9)
+    squared = p(0.25, 0.0625, 0.0225, 0.01)
     torch.testing.assert_close(filter_probs(logits, temperature=0.5), squared / squared.sum())
     # top_k first (0.5, 0.25 renormalised to 2/3, 1/3), then top_p=0.6 keeps the first only
-    torch.testing.assert_close(filter_probs(logits, top_k=2, top_p=0.6), torch.tensor([1.0, 0, 0, 0]))
+    torch.testing.assert_close(filter_probs(logits, top_k=2, top_p=0.6), p(1.0, 0, 0, 0))
     batch = torch.stack([logits, logits.flip(0)])  # filtering is per row
-    torch.testing.assert_close(filter_probs(batch, top_p=0.7)[1], torch.tensor([0, 0, 1 / 3, 2 / 3]))
+    torch.testing.assert_close(filter_probs(batch, top_p=0.7)[1], p(0, 0, 1 / 3, 2 / 3))
+    # the authors' top-p keeps the tokens whose cumulative probability (0.5, 0.75, 0.9, 1) is at most top_p
+    authors = lambda top_p: filter_probs(logits, top_p=top_p, top_p_mode='authors')
+    torch.testing.assert_close(authors(0.7), p(1.0, 0, 0, 0))  # 0.25 crosses 0.7: dropped
+    torch.testing.assert_close(authors(0.95), p(0.5, 0.25, 0.15, 0) / 0.9)
+    torch.testing.assert_close(filter_probs(logits, top_p=0.95), p(0.5, 0.25, 0.15, 0.1))  # nucleus keeps it
+    torch.testing.assert_close(authors(0.3), p(1.0, 0, 0, 0))  # the most likely token always stays
+    assert filter_probs(logits, dtype=torch.float32).dtype == torch.float32
+
+
+ULP = 2.0 ** -24  # the spacing of float32 numbers in [0.5, 1), where a CDF spends most of its tokens
+PAIRS, DRAWS = 2_500, 4_000_000
+
+
+def long_tail_logits():
+    """One token with most of the mass, then PAIRS pairs of tail tokens of 0.7 and 0.3 float32 steps
+    (4e-8 and 1.8e-8 each): a tail spread thinner than float32 can resolve near a cumulative 1."""
+    tail = torch.tensor([0.7 * ULP, 0.3 * ULP], dtype=torch.float64).repeat(PAIRS)
+    return torch.cat([(1 - tail.sum()).view(1), tail]).log()
+
+
+@pytest.mark.parametrize('cut', [0, PAIRS // 2])
+def test_sampling_is_float64_and_follows_a_long_tail(cut):
+    """Each kind of tail token is drawn as often as its probability says. A float32 CDF moves in whole
+    steps near 1, so here the 0.3-step tokens get empty intervals (never drawn) and the 0.7-step ones a
+    whole step each (drawn 1.4x too often): this test fails with dtype=torch.float32."""
+    logits = long_tail_logits()
+    # top_p < 1 (the sorted path) drops the `cut` least likely tokens, all of the 0.3-step kind
+    top_p = 1 - (cut + 0.5) * 0.3 * ULP if cut else 1.0
+    masses = {'head': 1 - PAIRS * ULP, '0.7-step tail': PAIRS * 0.7 * ULP, '0.3-step tail': (PAIRS - cut) * 0.3 * ULP}
+    total = sum(masses.values())
+    uniforms = torch.rand(DRAWS, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(inverse_cdf(filter_probs(logits, top_p=top_p), uniforms), minlength=len(logits))
+    found = {'head': counts[0], '0.7-step tail': counts[1::2].sum(), '0.3-step tail': counts[2::2].sum()}
+    for name, mass in masses.items():
+        expected = DRAWS * mass / total
+        sigma = math.sqrt(expected * (1 - mass / total))
+        assert abs(found[name].item() - expected) < 5 * sigma, (name, found[name].item(), expected)
+    # sample_tokens draws through this float64 path by default
+    rows = logits.expand(64, -1)
+    drawn = sample_tokens(rows, 1.0, None, 1.0, torch.Generator().manual_seed(1))
+    uniforms = torch.rand(64, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(drawn, inverse_cdf(filter_probs(rows, dtype=torch.float64), uniforms).squeeze(-1))
 
 
 @pytest.mark.parametrize('order', ['random', 'l2r', 'confidence'])
@@ -117,6 +179,14 @@ def test_seeded_sampling_is_deterministic(order):
     assert not torch.equal(a, c)
     if order != 'random':  # greedy with a deterministic order: nothing random is left
         assert torch.equal(run(0, temperature=0)[0], run(1, temperature=0)[0])
+
+
+@pytest.mark.parametrize('order', ['random', 'confidence'])
+def test_ids_past_n_tokens_are_never_drawn(order):
+    # the padding rows of a GPT-2 table (50257 of 50304 are tokens) stand for ids 6..10 here
+    x, _ = generate(tiny_model(), torch.zeros(64, T, dtype=torch.long), torch.tensor(KNOWN['none']), 4, order=order,
+                    generator=torch.Generator().manual_seed(0), n_tokens=6)
+    assert x.max() == 5
 
 
 def test_greedy_l2r_equals_argmax_of_full_forwards():
@@ -145,11 +215,9 @@ def test_parse_infill():
     ('abc', '', 14, 'output would be 3 \\+ 14 tokens'),
     ('', 'a[MASK:20]', None, 'template is 21 tokens long'),
 ])
-def test_prompts_that_do_not_fit(monkeypatch, start, infill, max_new_tokens, message):
-    for name, value in dict(start=start, infill=infill, max_new_tokens=max_new_tokens).items():
-        monkeypatch.setattr(sample, name, value)
+def test_prompts_that_do_not_fit(start, infill, max_new_tokens, message):
     with pytest.raises(SystemExit, match=message):
-        sample.prompt_tokens(lambda text: [1] * len(text), block_size=16)
+        sample.prompt_tokens(lambda text: [1] * len(text), 16, start, infill, max_new_tokens)
 
 
 # -----------------------------------------------------------------------------

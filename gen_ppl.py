@@ -1,0 +1,310 @@
+"""
+Sample quality: the generative perplexity and unigram entropy of a checkpoint's samples, over a grid
+of sampling settings in one run (the AO-GPT paper's Table 2).
+
+    python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --steps=8,64 --temperature=1.0,0.7
+    python gen_ppl.py --samples=samples.jsonl --scorer=gpt2-large          # score saved samples again
+    python gen_ppl.py --init_from=out/ckpt.pt --num_samples=256 --batch_size=32 --scorer=gpt2-large \\
+        --steps=64,128,256,512,1024 --temperature=1.0,0.9,0.7 --top_p=1.0,0.95,0.95 --pair_settings \\
+        --top_p_mode=authors                                               # the paper's Table 2
+
+For each point of the grid, steps x temperature x top_p (comma lists; with --pair_settings the i-th
+temperature goes with the i-th top_p instead), num_samples samples are drawn with sample.py's
+sampler (unconditional by default; start, infill and max_new_tokens as in sample.py), in batches
+of batch_size, all from the same seed. They go to samples_out (jsonl: ids, text and settings, one
+sample per line), so that --samples=file scores them again without sampling.
+
+scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-2 BPE ids (a name
+such as gpt2-large, or a folder written by save_pretrained; needs transformers), or one of our
+checkpoints (a .pt file or hf:owner/repo/file.pt), read in the identity order. Every generated
+token but the first of the sample is scored, with no BOS; prompt tokens are not scored.
+
+Per grid point: gen PPL, the mean and (population) std over samples of exp(mean token NLL of the
+sample) as the authors report it; pooled PPL, exp(mean NLL over all the scored tokens); entropy,
+the mean over samples of the unigram entropy of their generated tokens (nats; repetitive text has
+a low entropy and a flattering gen PPL); seconds of sampling per sample. --out_json saves them.
+"""
+import collections
+import json
+import math
+import os
+import time
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from common import (GPT2_VOCAB, autocast, checkpoint_path, checkpoint_vocab, default_device, default_dtype,
+                    describe_vocab, load_hf_causal_lm, load_tokenizer, print_table, token_count)
+from configurator import check_settings, fail
+from model import load_checkpoint
+from sample import TEMPERATURE_RULE, TOP_P_RULE, check_sampling, check_steps, generate, prompt_tokens
+
+# -----------------------------------------------------------------------------
+init_from = 'resume'  # the sampler: 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
+out_dir = 'out-shakespeare-char'
+use_ema = True
+samples = ''  # a samples .jsonl written by an earlier run: score it instead of sampling
+samples_out = 'samples.jsonl'  # where the new samples go
+scorer = 'gpt2-large'  # a Hugging Face causal LM (name or folder), or our checkpoint (.pt path or hf:...)
+num_samples = 16  # per grid point
+batch_size = 16  # samples drawn at once
+score_batch_size = 8  # samples scored at once
+steps = ''  # comma list of step counts; '' one token per step
+temperature = '1.0'  # comma list
+top_p = '1.0'  # comma list
+pair_settings = False  # True: temperature[i] goes with top_p[i], instead of every combination
+top_k = None
+top_p_mode = 'nucleus'  # 'nucleus' or 'authors' (drops the token that crosses top_p, as Table 2 did)
+schedule = 'linear'
+order = 'random'
+confidence = 'maxprob'
+sample_dtype = 'float64'  # precision of the sampling CDF
+start = ''  # a prompt (or FILE:path); its tokens are not scored
+infill = ''  # a template with [MASK] markers (mask_token) to fill
+mask_token = '[MASK]'
+max_new_tokens = None  # None fills the block
+seed = 1337
+out_json = ''
+device = default_device()
+dtype = default_dtype()  # autocast dtype of the sampler; scoring is float32
+compile = False
+# -----------------------------------------------------------------------------
+SETTINGS = ('checkpoint', 'steps', 'temperature', 'top_p', 'top_k', 'top_p_mode', 'schedule', 'order',
+            'confidence', 'sample_dtype', 'seed')  # what makes samples belong to one row of the table
+
+
+def parse_list(key, cast, rule):
+    """The entries of the comma-list setting `key`, each cast and checked, or one-line errors."""
+    values = []
+    for entry in str(globals()[key]).split(','):
+        try:
+            value = cast(entry.strip())
+        except ValueError:
+            fail(f"--{key} takes a comma list of {'ints' if cast is int else 'numbers'} such as "
+                 f"{'64,128' if cast is int else '1.0,0.7'}; {entry.strip()!r} is not one")
+        test, what = rule
+        if not test(value):
+            fail(f'--{key} entries must be {what}, got {value!r}')
+        values.append(value)
+    return values
+
+
+def grid():
+    """(steps, temperature, top_p) of every point to sample; steps None is one token per step."""
+    step_list = parse_list('steps', int, (lambda v: v >= 1, 'ints >= 1')) if str(steps).strip() else [None]
+    temperatures = parse_list('temperature', float, TEMPERATURE_RULE)
+    top_ps = parse_list('top_p', float, TOP_P_RULE)
+    if pair_settings and len(temperatures) != len(top_ps):
+        fail(f'--pair_settings pairs the {len(temperatures)} temperatures with the {len(top_ps)} top_p values: '
+             f'give as many of each')
+    settings = list(zip(temperatures, top_ps)) if pair_settings else [(t, p) for t in temperatures for p in top_ps]
+    return [(s, t, p) for s in step_list for t, p in settings]
+
+
+def check_inputs():
+    check_sampling(globals())
+    at_least_one = (lambda v: type(v) is int and v >= 1, 'an int >= 1')
+    check_settings(globals(), {'num_samples': at_least_one, 'batch_size': at_least_one,
+                               'score_batch_size': at_least_one})
+    for key in ('out_json', 'samples_out'):
+        path = globals()[key]
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            fail(f'--{key}={path}: its folder does not exist')
+    if samples and not os.path.isfile(samples):
+        fail(f'--samples={samples}: no such file')
+
+
+# -----------------------------------------------------------------------------
+# scorers: per-token NLL of tokens 1..T-1 of each row, left to right
+
+def load_scorer(name):
+    """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; the vocabulary (as checkpoint_vocab
+    says it), the number of token ids and the longest sequence the scorer reads."""
+    if name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name):
+        model, checkpoint = load_checkpoint(checkpoint_path(name, out_dir), device)
+        vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
+        if vocab is None:
+            fail(f'the scorer {name} does not store what its token ids mean: retrain it with this version of train.py')
+
+        def nll(x):
+            _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
+            return loss[:, 1:].float()
+        return nll, vocab, model.config.vocab_size, model.config.block_size
+    model = load_hf_causal_lm(name, device)
+    if model.config.vocab_size < GPT2_VOCAB:
+        fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
+             f'read GPT-2 BPE ids (gpt2, gpt2-medium, gpt2-large, gpt2-xl, ...)')
+
+    def nll(x):
+        logits = model(input_ids=x).logits[:, :-1].float()
+        return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction='none')
+    return nll, 'gpt2', model.config.vocab_size, getattr(model.config, 'max_position_embeddings', None)
+
+
+def check_scorer(vocab, length, scorer_vocab, scorer_context):
+    if vocab != scorer_vocab:
+        fail(f'the samples are {describe_vocab(vocab)} but the scorer {scorer} reads '
+             f'{describe_vocab(scorer_vocab)}: score with a model of the same tokenizer')
+    if scorer_context is not None and length > scorer_context:
+        fail(f'the samples are {length} tokens long but the scorer {scorer} reads at most {scorer_context}')
+
+
+def check_ids(records, n_ids):
+    for i, r in enumerate(records):
+        if max(r['tokens']) >= n_ids:
+            fail(f"sample {i} holds the token id {max(r['tokens'])}, past the {n_ids} ids of the scorer {scorer}")
+
+
+@torch.no_grad()
+def score(records, nll):
+    """The NLL of every scored token (generated, not the first of the sample) of each record."""
+    scored = []
+    for b in tqdm(range(0, len(records), score_batch_size), desc='scoring', leave=False):
+        batch = records[b:b + score_batch_size]
+        x = torch.tensor([r['tokens'] for r in batch], device=device)
+        scored += [row[generated(r)[1:]] for r, row in zip(batch, nll(x).cpu())]
+    return scored
+
+
+# -----------------------------------------------------------------------------
+# statistics
+
+def generated(record):
+    """Which positions of a sample were generated (True), not given by a prompt."""
+    mask = torch.ones(len(record['tokens']), dtype=torch.bool)
+    mask[torch.tensor(record['known'], dtype=torch.long)] = False
+    return mask
+
+
+def unigram_entropy(tokens):
+    """Entropy (nats) of the frequencies of the tokens (1-d tensor) of one sample."""
+    p = tokens.unique(return_counts=True)[1].double() / len(tokens)
+    return -(p * p.log()).sum().item()
+
+
+def summarize(records, nlls):
+    """The row of one grid point: gen PPL (mean, population std), pooled PPL, entropy, time."""
+    ppl = torch.stack([nll.double().mean().exp() for nll in nlls])
+    return dict(n=len(records), gen_ppl=ppl.mean().item(), gen_ppl_std=ppl.std(correction=0).item(),
+                pooled_ppl=math.exp(torch.cat(nlls).double().mean().item()),
+                entropy=sum(unigram_entropy(torch.tensor(r['tokens'])[generated(r)]) for r in records) / len(records),
+                seconds_per_sample=sum(r['seconds'] for r in records) / len(records))
+
+
+# -----------------------------------------------------------------------------
+# samples: drawn here, or read from an earlier run's file
+
+def read_samples(path):
+    records = []
+    with open(path, encoding='utf-8') as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                fail(f'{path}, line {i}: not JSON ({e.msg})')
+            tokens = r.get('tokens') if isinstance(r, dict) else None
+            if not (isinstance(tokens, list) and len(tokens) >= 2 and all(type(t) is int and t >= 0 for t in tokens)
+                    and 'vocab' in r):
+                fail(f'{path}, line {i}: not a sample written by gen_ppl.py (a "tokens" list of ids and a "vocab")')
+            records.append(r)
+    if not records:
+        fail(f'{path} holds no samples')
+    if len({json.dumps(r['vocab']) for r in records}) > 1 or len({len(r['tokens']) for r in records}) > 1:
+        fail(f'{path} mixes samples of different vocabularies or lengths: score them separately')
+    for r in records:
+        r.setdefault('known', [])
+        r.setdefault('seconds', math.nan)
+    return records
+
+
+def draw(model, ids, known, n_steps, temp, p, count, generator, n_tokens):
+    """count samples (lists of ids) at one grid point, in batches of batch_size."""
+    known_mask = torch.tensor(known, device=device)
+    rows = []
+    for b in tqdm(range(0, count, batch_size), desc=f'steps={n_steps} temperature={temp} top_p={p}', leave=False):
+        x = torch.tensor(ids, device=device).repeat(min(batch_size, count - b), 1)
+        with autocast(device, dtype):
+            x, _ = generate(model, x, known_mask, n_steps, schedule, order, confidence, temp, top_k, p, generator,
+                            top_p_mode=top_p_mode, sample_dtype=getattr(torch, sample_dtype), n_tokens=n_tokens)
+        rows += x.tolist()  # waits for the device, so a timing is the sampling's
+    return rows
+
+
+def sample_grid(model, checkpoint, path, decode, ids, known, points):
+    """Every grid point's samples as records, written to samples_out as they come."""
+    if compile:
+        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+    shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
+                  confidence=confidence, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
+                  vocab=checkpoint_vocab(checkpoint, model.config.vocab_size))
+    given = [i for i, k in enumerate(known) if k]
+    n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
+    draw(model, ids, known, *points[0], min(batch_size, num_samples), torch.Generator(device), n_tokens)  # warm-up
+    records = []
+    with open(samples_out, 'w', encoding='utf-8') as f:
+        for s, t, p in points:
+            t0 = time.time()
+            generator = torch.Generator(device).manual_seed(seed)  # the same seed at every grid point
+            rows = draw(model, ids, known, s, t, p, num_samples, generator, n_tokens)
+            seconds = (time.time() - t0) / num_samples
+            new = [dict(shared, steps=s, temperature=t, top_p=p, tokens=row, text=decode(row), known=given,
+                        seconds=seconds) for row in rows]
+            f.writelines(json.dumps(r) + '\n' for r in new)
+            f.flush()  # a long sweep keeps what it has drawn
+            records += new
+    print(f'wrote {len(records)} samples to {samples_out}')
+    return records
+
+
+def main():
+    points = None if samples else grid()
+    check_inputs()
+    if samples:
+        records = read_samples(samples)
+        vocab, length = records[0]['vocab'], len(records[0]['tokens'])
+    else:
+        path = checkpoint_path(init_from, out_dir)
+        model, checkpoint = load_checkpoint(path, device, use_ema)
+        vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
+        encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
+        ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
+        points = [(check_steps(s, known.count(False)), t, p) for s, t, p in points]
+        length = len(ids)
+    nll, scorer_vocab, n_ids, context = load_scorer(scorer)
+    check_scorer(vocab, length, scorer_vocab, context)
+
+    if not samples:
+        records = sample_grid(model, checkpoint, path, decode, ids, known, points)
+
+    check_ids(records, n_ids)
+    groups = collections.defaultdict(list)  # grid point -> its records, in the order of the file
+    for r in records:
+        groups[tuple(r.get(k) for k in SETTINGS)].append(r)
+    results = [dict(zip(SETTINGS, key), **summarize(group, score(group, nll))) for key, group in groups.items()]
+    report(results)
+    if out_json:
+        with open(out_json, 'w') as f:
+            json.dump(dict(scorer=scorer, samples=samples or samples_out, results=results), f, indent=2)
+        print(f'wrote {out_json}')
+
+
+def report(results):
+    """The table: steps, temperature and top_p, plus any other setting that differs between rows."""
+    keys = ['steps', 'temperature', 'top_p'] + [k for k in SETTINGS if k not in ('steps', 'temperature', 'top_p')
+                                                and len({json.dumps(r[k]) for r in results}) > 1]
+    head = keys + ['N', 'gen PPL', 'pooled PPL', 'entropy', 's/sample']
+    rows = [[r[k] for k in keys] + [r['n'], f"{r['gen_ppl']:.2f} ± {r['gen_ppl_std']:.2f}", f"{r['pooled_ppl']:.2f}",
+                                     f"{r['entropy']:.3f}", f"{r['seconds_per_sample']:.3g}"] for r in results]
+    print(f'scorer: {scorer}')
+    print_table(head, rows)
+
+
+if __name__ == '__main__':
+    config_keys = [k for k, v in globals().items()
+                   if not k.startswith('_') and k.islower() and isinstance(v, (int, float, bool, str, type(None)))]
+    from configurator import configure
+    configure(globals(), config_keys, doc=__doc__)
+    main()

@@ -1,0 +1,171 @@
+"""gen_ppl.py: scores equal independent computations, temperature lowers gen PPL and entropy, the
+samples file round-trips, bad inputs give one line."""
+import json
+import math
+import os
+import runpy
+import statistics
+import sys
+from collections import Counter
+
+import pytest
+import torch
+
+import gen_ppl
+from conftest import ROOT, one_line_error
+from test_model import tiny_model
+from test_sample import one_thread  # noqa: F401 (autouse: tiny models run on one thread)
+
+
+@pytest.fixture(scope='module')
+def gpt2_dir(tmp_path_factory):
+    """A tiny randomly initialised GPT-2 with GPT-2's vocabulary, saved as gpt2-large would be: the stand-in scorer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp('tiny-gpt2')
+    GPT2LMHeadModel(GPT2Config(n_positions=64, n_embd=16, n_layer=2, n_head=2)).save_pretrained(folder)
+    return str(folder)
+
+
+def records_of(rows, known=()):
+    return [dict(tokens=row, known=list(k), seconds=0.5) for row, k in zip(rows, known or [[]] * len(rows))]
+
+
+def hand_statistics(nlls, generated):
+    """The reported numbers, from per-sample lists of NLLs and of generated tokens."""
+    ppl = [math.exp(sum(n) / len(n)) for n in nlls]
+    entropy = [-sum(c / len(g) * math.log(c / len(g)) for c in Counter(g).values()) for g in generated]
+    pooled = math.exp(sum(map(sum, nlls)) / sum(map(len, nlls)))
+    return dict(gen_ppl=statistics.mean(ppl), gen_ppl_std=statistics.pstdev(ppl), pooled_ppl=pooled,
+                entropy=statistics.mean(entropy))
+
+
+def check_summary(records, scored, generated):
+    summary = gen_ppl.summarize(records, scored)
+    for key, value in hand_statistics([s.tolist() for s in scored], generated).items():
+        assert summary[key] == pytest.approx(value, rel=1e-6), key
+    assert summary['n'] == len(records) and summary['seconds_per_sample'] == 0.5
+
+
+def test_hf_gen_ppl_equals_a_hand_loop(gpt2_dir, monkeypatch):
+    from transformers import GPT2LMHeadModel
+    monkeypatch.setattr(gen_ppl, 'device', 'cpu')
+    monkeypatch.setattr(gen_ppl, 'score_batch_size', 3)  # 7 samples: batches of 3, 3 and the remainder 1
+    rows = torch.randint(50257, (7, 20), generator=torch.Generator().manual_seed(0)).tolist()
+    known = [[0, 1, 2], [], [], [5, 19], [], [], []]  # a prompt, and given tokens inside (not scored)
+    records = records_of(rows, known)
+    nll, vocab, n_ids, context = gen_ppl.load_scorer(gpt2_dir)
+    assert (vocab, n_ids, context) == ('gpt2', 50257, 64)
+    scored = gen_ppl.score(records, nll)
+
+    hf = GPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    nlls, generated = [], []
+    for row, given in zip(rows, known):
+        with torch.no_grad():
+            logp = hf(torch.tensor([row])).logits[0].double().log_softmax(-1)
+        nlls.append([-logp[p - 1, row[p]].item() for p in range(1, len(row)) if p not in given])
+        generated.append([t for p, t in enumerate(row) if p not in given])
+    for got, expected in zip(scored, nlls):
+        torch.testing.assert_close(got.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-5, rtol=0)
+    check_summary(records, scored, generated)
+
+
+def test_checkpoint_scorer_reads_left_to_right(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen_ppl, 'device', 'cpu')
+    monkeypatch.setattr(gen_ppl, 'score_batch_size', 2)
+    model = tiny_model()
+    path = tmp_path / 'ckpt.pt'
+    state = model.state_dict()
+    torch.save(dict(model=state, ema=state, model_args=vars(model.config), vocab='abcdefghijk'), path)
+    rows = torch.randint(11, (5, 16), generator=torch.Generator().manual_seed(1)).tolist()
+    records = records_of(rows)
+    nll, vocab, n_ids, context = gen_ppl.load_scorer(str(path))
+    assert (vocab, n_ids, context) == ('abcdefghijk', 11, 16)
+    scored = gen_ppl.score(records, nll)
+    nlls = []
+    with torch.no_grad():  # token p from a plain forward over the tokens before it, and nothing else
+        for row in rows:
+            x = torch.tensor([row])
+            nlls.append([-model(x[:, :p + 1], torch.arange(p + 1)[None])[0][0, p].log_softmax(-1)[row[p]].item()
+                         for p in range(1, 16)])
+    for got, expected in zip(scored, nlls):
+        torch.testing.assert_close(got, torch.tensor(expected), atol=1e-5, rtol=0)
+    check_summary(records, scored, rows)
+
+
+def test_unigram_entropy_by_hand():
+    assert gen_ppl.unigram_entropy(torch.tensor([3, 3, 3, 3])) == 0
+    assert gen_ppl.unigram_entropy(torch.tensor([1, 2, 1, 2])) == pytest.approx(math.log(2))
+    assert gen_ppl.unigram_entropy(torch.tensor([7, 7, 8, 9])) == pytest.approx(1.5 * math.log(2))
+
+
+# -----------------------------------------------------------------------------
+# the command line, on the char model of the other script tests
+
+def run_gen_ppl(workdir, *args):
+    """Run the script in this process (torch and transformers are imported already); its results."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(workdir)
+        patch.setattr(sys, 'argv', ['gen_ppl.py', '--device=cpu', *args])
+        runpy.run_path(os.path.join(ROOT, 'gen_ppl.py'), run_name='__main__')
+    return json.loads((workdir / 'gen.json').read_text())['results']
+
+
+def test_temperature_lowers_gen_ppl_and_entropy_and_samples_round_trip(workdir, char_ckpt):
+    scorer = f'--scorer={char_ckpt}/ckpt.pt'  # the char model read left to right
+    results = run_gen_ppl(workdir, f'--out_dir={char_ckpt}', scorer, '--num_samples=24', '--batch_size=24',
+                          '--score_batch_size=5', '--steps=4,32', '--temperature=1.0,0.7', '--top_p=1.0',
+                          '--samples_out=gen.jsonl', '--out_json=gen.json')
+    assert [(r['steps'], r['temperature'], r['top_p'], r['n']) for r in results] == [
+        (4, 1.0, 1.0, 24), (4, 0.7, 1.0, 24), (32, 1.0, 1.0, 24), (32, 0.7, 1.0, 24)]
+    for hot, cold in [results[:2], results[2:]]:
+        assert cold['gen_ppl'] < hot['gen_ppl'] and cold['pooled_ppl'] < hot['pooled_ppl']
+        assert cold['entropy'] < hot['entropy']
+    lines = [json.loads(line) for line in (workdir / 'gen.jsonl').read_text().splitlines()]
+    assert len(lines) == 96 and all(len(r['tokens']) == 32 and len(r['text']) == 32 for r in lines)
+    vocab = lines[0]['vocab']
+    assert all(''.join(vocab[t] for t in r['tokens']) == r['text'] for r in lines)
+    # scoring the file again, in other batches, gives the same numbers
+    again = run_gen_ppl(workdir, '--samples=gen.jsonl', scorer, '--score_batch_size=7', '--out_json=gen.json')
+    for r, s in zip(results, again):
+        assert {k: v for k, v in r.items() if k != 'seconds_per_sample'} == pytest.approx(
+            {k: v for k, v in s.items() if k != 'seconds_per_sample'}, rel=1e-6)
+    assert [r['seconds_per_sample'] for r in results] == [s['seconds_per_sample'] for s in again]
+
+
+def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, gpt2_dir):
+    results = run_gen_ppl(workdir, f'--out_dir={bpe_ckpt}', f'--scorer={gpt2_dir}', '--num_samples=5',
+                          '--batch_size=5', '--score_batch_size=2', '--steps=4', '--start=The', '--max_new_tokens=8',
+                          '--samples_out=bpe.jsonl', '--out_json=gen.json')
+    assert len(results) == 1 and results[0]['n'] == 5
+    assert 1 < results[0]['gen_ppl'] < 2 * 50257  # a random scorer: about the vocabulary size
+    lines = [json.loads(line) for line in (workdir / 'bpe.jsonl').read_text().splitlines()]
+    assert all(r['known'] == [0] and max(r['tokens']) < 50257 for r in lines)  # no padding ids drawn
+
+
+@pytest.fixture(scope='module')
+def sample_files(workdir):
+    (workdir / 'empty.jsonl').write_text('\n')
+    (workdir / 'other.jsonl').write_text('{"text": "hello"}\n')
+    return workdir
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--scorer=no-such-model-here'], "could not load the Hugging Face model 'no-such-model-here'"),
+    (['--scorer={gpt2}'], 'the samples are the ids of a 65-character vocabulary but the scorer {gpt2} reads GPT-2 BPE'),
+    (['--samples=empty.jsonl'], 'empty.jsonl holds no samples'),
+    (['--samples=other.jsonl'], 'other.jsonl, line 1: not a sample written by gen_ppl.py'),
+    (['--samples=missing.jsonl'], '--samples=missing.jsonl: no such file'),
+    (['--steps=8,x'], "--steps takes a comma list of ints such as 64,128; 'x' is not one"),
+    (['--temperature=1.0,'], "--temperature takes a comma list of numbers such as 1.0,0.7; '' is not one"),
+    (['--top_p=1.0,1.5'], '--top_p entries must be in (0, 1], got 1.5'),
+    (['--steps=33'], '--steps must be an int from 1 to the 32 tokens to generate, got 33'),
+    (['--temperature=1.0,0.7', '--top_p=0.9', '--pair_settings'], '--pair_settings pairs the 2 temperatures'),
+    (['--top_p_mode=top'], "--top_p_mode must be one of nucleus, authors, got 'top'"),
+    (['--sample_dtype=float16'], "--sample_dtype must be one of float64, float32, got 'float16'"),
+])
+def test_bad_input_is_one_line(sample_files, char_ckpt, gpt2_dir, args, message):
+    args = [a.format(gpt2=gpt2_dir) for a in args]
+    error = one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--device=cpu',
+                           *args, cwd=sample_files)
+    assert error.startswith('error: ' + message.format(gpt2=gpt2_dir)), error
