@@ -8,7 +8,7 @@ Zero-shot perplexity of a checkpoint, left-to-right, any-order, and ensembled ov
     python eval_ppl.py --init_from=hf:Cauthyyy/AO-GPT-MDM/<file>.pt --dataset=lambada --ensemble 8
 
 init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
-Hugging Face Hub file hf:owner/repo/path; the EMA weights are evaluated.
+Hugging Face Hub file hf:owner/repo/path; the EMA weights are evaluated (--use_ema=False: the raw ones).
 
 Protocol (AO-GPT paper): each document is detokenized, GPT-2 BPE encoded and followed by an
 end-of-text token; the documents are concatenated and cut into block_size chunks (the remainder is
@@ -61,6 +61,7 @@ block_size = 0  # 0: the checkpoint's block_size
 ensemble = 1  # M, the largest ensemble; M = 1, 2, 4, ... up to it are reported
 max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
 max_tokens = 32768  # slots per forward pass, which bounds memory
+use_ema = True  # the EMA weights; False: the raw ones (the authors' sigma-GPT evaluation read those)
 seed = 1337
 out_json = ''
 device = default_device()
@@ -349,7 +350,7 @@ def main():
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
     path = checkpoint_path(init_from, out_dir)
-    model, checkpoint = load_checkpoint(path, device)
+    model, checkpoint = load_checkpoint(path, device, use_ema)
     n = block_size or model.config.block_size
     if n > model.config.block_size:
         fail(f'--block_size={n} is larger than the checkpoint\'s block_size {model.config.block_size}')
