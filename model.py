@@ -403,7 +403,8 @@ def load_checkpoint(path, device='cpu', use_ema=True):
     if not isinstance(checkpoint, dict) or not {'model', 'model_args'} <= checkpoint.keys():
         raise SystemExit(f"error: {path} is not an AO-GPT checkpoint (no 'model' and 'model_args' in it)")
     if use_ema and not {'ema', 'ema_model'} & checkpoint.keys():
-        raise SystemExit(f'error: {path} holds no EMA weights, only raw ones: read those with --use_ema=False')
+        raise SystemExit(f'error: {path} holds no EMA weights, only raw ones: read those with --use_ema=False '
+                         f'(sample.py, eval_ppl.py) or load_checkpoint(..., use_ema=False)')
     try:
         if 'ema' in checkpoint:  # ours
             state = checkpoint['ema'] if use_ema else checkpoint['model']

@@ -59,8 +59,8 @@ def slow_forward(model, x, order):
     hs = C // nh
     adaln = cfg.target_injection == 'adaln'
     rms = lambda v, w: v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * w
-    layer_norm = lambda v, name: (v - v.mean(-1, keepdim=True)) / torch.sqrt(v.var(-1, unbiased=False, keepdim=True)
-                                                                             + 1e-5) * p[name + '.weight'] + p.get(name + '.bias', 0)
+    centred = lambda v: v - v.mean(-1, keepdim=True)
+    layer_norm = lambda v, name: rms(centred(v), p[name + '.weight']) + p.get(name + '.bias', 0)  # LN = RMS of centred
     norm = (lambda v, name: rms(v, p[name + '.weight'])) if adaln else layer_norm
     lin = lambda v, name: v @ p[name + '.weight'].T + (p[name + '.bias'] if name + '.bias' in p else 0)
     gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
