@@ -18,15 +18,18 @@ for each of `sample_steps` (a comma list); then tokens/s of order=l2r vs random 
 one token per step, and the cost of order=confidence vs random at the smallest of `sample_steps`.
 memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
 sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
+arch: AO-GPT (target_injection=adaln) against the sigma-GPT baseline (add) at the same size:
+training tok/s (mixed orders) and cached random-order sampling time at the smallest of
+`sample_steps`, both taking turns as above, with the ratios.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
---run=train (or eval, sample, a comma list) for only some of the benchmarks.
+--run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
 import math
 import time
 
 import torch
 
-from model import GPT, GPTConfig, KVCache, decode_step, sample_orders
+from model import GPT, GPTConfig, KVCache, TARGET_INJECTIONS, decode_step, sample_orders
 from sample import generate, sample_tokens, step_sizes
 
 device = 'cpu'
@@ -42,7 +45,7 @@ batch_size = 4
 vocab_size = 50304
 steps = 4  # timed training steps per round
 rounds = 5
-run = 'train,eval,sample,memory'  # which benchmarks, in order
+run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
@@ -50,7 +53,7 @@ from common import autocast, check_device, peak_memory_mb, reset_peak_memory  # 
 from configurator import at_least, check_settings, configure, fail  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
 # -----------------------------------------------------------------------------
-BENCHMARKS = ('train', 'eval', 'sample', 'memory')
+BENCHMARKS = ('train', 'eval', 'sample', 'memory', 'arch')
 check_settings(globals(), {
     **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'steps',
                      'rounds', 'sample_block_size'], at_least(1)),
@@ -68,13 +71,16 @@ def sync():
         torch.cuda.synchronize()
 
 
-def bench_training():
-    torch.manual_seed(seed)
-    device_type = torch.device(device).type
+def build(T, injection='adaln'):
+    """The bench's model at block size T, freshly initialised."""
+    return GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                         cond_dim=cond_dim, target_injection=injection)).to(device)
+
+
+def trainer(model):
+    """train_steps(mode, n): n whole training steps (orders in `mode`, forward, backward, AdamW) on one batch."""
     ctx = autocast(device, dtype)
-    model = GPT(GPTConfig(block_size=block_size, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
-                          n_embd=n_embd, cond_dim=cond_dim)).to(device)
-    optimizer = model.configure_optimizers(0.05, 1e-4, (0.9, 0.95), device_type)
+    optimizer = model.configure_optimizers(0.05, 1e-4, (0.9, 0.95), torch.device(device).type)
     step_model = torch.compile(model) if compile else model
     x = torch.randint(vocab_size, (batch_size, block_size), device=device)
 
@@ -87,17 +93,30 @@ def bench_training():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         sync()
+    return train_steps
 
-    modes = ('l2r', 'mixed')
-    for mode in modes:  # warm up (and compile) before timing
-        train_steps(mode, 2)
-    seconds = {mode: [] for mode in modes}
-    for _ in range(rounds):
-        for mode in modes:
+
+def median_seconds(runs, n_rounds=None):
+    """Median seconds of each of runs (name -> function) over n_rounds (default `rounds`) rounds, the
+    runs taking turns after one warm-up (and compile) call each."""
+    for fn in runs.values():
+        fn()
+    seconds = {name: [] for name in runs}
+    for _ in range(n_rounds or rounds):
+        for name, fn in runs.items():
             t0 = time.perf_counter()
-            train_steps(mode, steps)
-            seconds[mode].append(time.perf_counter() - t0)
-    tokens_per_sec = {m: steps * batch_size * block_size / sorted(s)[len(s) // 2] for m, s in seconds.items()}
+            fn()
+            seconds[name].append(time.perf_counter() - t0)
+    return {name: sorted(s)[len(s) // 2] for name, s in seconds.items()}
+
+
+def bench_training():
+    torch.manual_seed(seed)
+    model = build(block_size)
+    train_steps = trainer(model)
+    modes = ('l2r', 'mixed')
+    seconds = median_seconds({mode: lambda mode=mode: train_steps(mode, steps) for mode in modes})
+    tokens_per_sec = {mode: steps * batch_size * block_size / s for mode, s in seconds.items()}
     print(f'training: {model.get_num_params() / 1e6:.1f}M params, batch {batch_size} x {block_size}, '
           f'{device} {dtype}{" compiled" if compile else ""}')
     for mode in modes:
@@ -114,8 +133,7 @@ def bench_eval(ns=(128, 256), members=8, slow_sample=16):
     """
     from eval_ppl import ensemble_logprobs, query_batches, random_context_orders
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(block_size=max(ns), vocab_size=vocab_size, n_layer=n_layer, n_head=n_head,
-                          n_embd=n_embd, cond_dim=cond_dim)).to(device).eval()
+    model = build(max(ns)).eval()
     print(f'eval ensemble: {model.get_num_params() / 1e6:.1f}M params, M={members}, {device} float32')
     times = {}
     for n in ns:
@@ -170,8 +188,7 @@ def bench_sampling():
     torch.manual_seed(seed)
     ctx = autocast(device, dtype)
     T = sample_block_size
-    model = GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-                          cond_dim=cond_dim)).to(device).eval()
+    model = build(T).eval()
     known = torch.zeros(T, dtype=torch.bool, device=device)
 
     def seconds(n_steps, order='random', cached=True):
@@ -210,8 +227,7 @@ def bench_memory(chunk_counts=(1, 3), members=2):
     torch.manual_seed(seed)
     T = sample_block_size
     ctx = autocast(device, dtype)
-    model = GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-                          cond_dim=cond_dim)).to(device).eval()
+    model = build(T).eval()
     what = 'CUDA memory allocated' if device.startswith('cuda') else 'process RSS, the model and torch included'
     print(f'peak memory ({what}): {model.get_num_params() / 1e6:.1f}M params, block {T}, vocab {vocab_size}, '
           f'{device} {dtype}')
@@ -227,6 +243,40 @@ def bench_memory(chunk_counts=(1, 3), members=2):
     print(f'  sample.py batch {batch_size}, {T} tokens one per step: {peak_memory_mb(device):8,.0f} MB')
 
 
-benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory}
+def bench_architectures():
+    """AO-GPT against the sigma-GPT baseline with the same layers and width: sigma-GPT has no adaLN
+    and a tied head, so fewer parameters, but the same attention and MLP work per token."""
+    torch.manual_seed(seed)
+    names = {'adaln': 'AO-GPT', 'add': 'sigma-GPT'}
+    trainers = {inj: trainer(build(block_size, inj)) for inj in TARGET_INJECTIONS}
+    seconds = median_seconds({inj: lambda train_steps=train_steps: train_steps('mixed', steps)
+                              for inj, train_steps in trainers.items()})
+    tokens_per_sec = {inj: steps * batch_size * block_size / s for inj, s in seconds.items()}
+    T, n_steps = sample_block_size, min(int(n) for n in sample_steps.split(','))
+    known = torch.zeros(T, dtype=torch.bool, device=device)
+
+    def sample(model):
+        x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
+        with autocast(device, dtype):
+            generate(model, x, known, n_steps, generator=torch.Generator(device).manual_seed(seed))
+        sync()
+
+    samplers = {inj: build(T, inj).eval() for inj in TARGET_INJECTIONS}
+    sampling = median_seconds({inj: lambda model=model: sample(model) for inj, model in samplers.items()}, 3)
+    params = {inj: model.get_num_params() for inj, model in samplers.items()}
+    print(f'architectures at n_layer={n_layer} n_head={n_head} n_embd={n_embd}, {device} {dtype}: training batch '
+          f'{batch_size} x {block_size} (mixed orders), sampling batch {batch_size} x {T} in {n_steps} steps')
+    ratio = lambda values: f"{values['add'] / values['adaln']:.2f}x"
+    head = ['', 'params', 'train tok/s', 'sampling']
+    rows = [[f'{names[inj]} ({inj})', f'{params[inj] / 1e6:.1f}M', f'{tokens_per_sec[inj]:,.0f}',
+             f'{sampling[inj]:.2f}s'] for inj in TARGET_INJECTIONS]
+    rows.append(['sigma-GPT / AO-GPT', ratio(params), ratio(tokens_per_sec), ratio(sampling)])
+    widths = [max(len(row[k]) for row in [head, *rows]) for k in range(len(head))]
+    for row in [head, *rows]:
+        print('  ' + '  '.join(v.rjust(w) if k else v.ljust(w) for k, (v, w) in enumerate(zip(row, widths))))
+
+
+benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,
+              'arch': bench_architectures}
 for name in run.split(','):
     benchmarks[name]()

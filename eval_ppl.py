@@ -10,9 +10,9 @@ on the authors' evaluation chunks.
     python eval_ppl.py --init_from=gpt2-medium --dataset=wikitext2,ptb    # the GPT-2 baseline row
 
 init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
-Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated; or a Hugging Face GPT-2
-(gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a folder saved with save_pretrained; needs
-transformers), scored left-to-right only.
+Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated (--use_ema=False: the raw
+ones); or a Hugging Face GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a folder saved with
+save_pretrained; needs transformers), scored left-to-right only.
 
 The chunks (--pipeline=paper, the default, as the authors' data pipeline makes them): every row of
 a set exactly as the Hugging Face Hub serves it (WikiText: the raw lines with their newline, a
@@ -77,6 +77,7 @@ block_size = 0  # 0: the checkpoint's block_size
 ensemble = 1  # M, the largest ensemble; M = 1, 2, 4, ... up to it are reported
 max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
 max_tokens = 32768  # slots per forward pass, which bounds memory
+use_ema = True  # the EMA weights; False: the raw ones (the authors' sigma-GPT evaluation read those)
 seed = 1337
 out_json = ''
 device = default_device()
@@ -473,7 +474,7 @@ def load_model():
         positions = getattr(model.config, 'n_positions', None) or model.config.max_position_embeddings
         return model, positions, 'gpt2', model.config.vocab_size, init_from
     path = checkpoint_path(init_from, out_dir)
-    model, checkpoint = load_checkpoint(path, device)
+    model, checkpoint = load_checkpoint(path, device, use_ema)
     return model, model.config.block_size, checkpoint_vocab(checkpoint, model.config.vocab_size), \
         model.config.vocab_size, path
 

@@ -1,15 +1,23 @@
 """
-Any-Order GPT (AO-GPT), the whole model in one file.
+Any-Order GPT (AO-GPT) and its sigma-GPT baseline, the whole model in one file.
 
 A causal decoder that reads a sequence in a permuted order: slot 0 is a learned start token and
-slot j+1 holds token x[order[j]] with the position embedding of order[j]. Slot j is told, through
-adaLN, which position it must predict (order[j]), so with causal attention slot j predicts
-x[order[j]] from x[order[0..j-1]]. Trained over uniformly random orders this is an any-order
-autoregressive model, i.e. a masked diffusion model; with the identity order it is a plain GPT.
+slot j+1 holds token x[order[j]] with the position embedding of order[j]. Slot j is told which
+position it must predict (order[j]), so with causal attention slot j predicts x[order[j]] from
+x[order[0..j-1]]. Trained over uniformly random orders this is an any-order autoregressive model,
+i.e. a masked diffusion model; with the identity order it is a plain GPT.
+
+How a slot is told its target is `target_injection`, and each names the paper's whole model:
+- 'adaln' (AO-GPT): a 128-wide target-position embedding drives adaLN shift/scale/gate in every
+  block and before the head; RMSNorm, QK-norm, an untied head with a bias, truncated-normal init;
+- 'add' (sigma-GPT, the paper's baseline): an n_embd-wide target-position embedding is added to
+  the slot's input of a plain nanoGPT: LayerNorm, no QK-norm, a bias-free head tied to wte,
+  normal init, dropout inside attention too.
 
 References: Xue et al., "Any-Order GPT as Masked Diffusion Model: Decoupling Formulation and
-Architecture" (arXiv 2506.19935); Karpathy's nanoGPT for the overall shape.
-Parameter names follow the authors' code, so their released state dicts load as they are.
+Architecture" (arXiv 2506.19935); Pannatier et al., "sigma-GPTs" (arXiv 2404.09562); Karpathy's
+nanoGPT for the overall shape. Parameter names follow the authors' code, so their state dicts
+load as they are.
 """
 import math
 from dataclasses import dataclass
@@ -31,14 +39,18 @@ class GPTConfig:
     n_embd: int = 768
     cond_dim: int = 128  # width of the target-position embedding fed to adaLN
     dropout: float = 0.0
-    bias: bool = True  # biases in the attention and MLP Linears, as in GPT-2
-    target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (sigma-GPT style ablation)
+    bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
+    target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see above
 
     def __post_init__(self):
         if self.target_injection not in TARGET_INJECTIONS:
             raise ValueError(f"target_injection must be one of {TARGET_INJECTIONS}, got {self.target_injection!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
+
+    @property
+    def adaln(self):
+        return self.target_injection == 'adaln'
 
 
 class RMSNorm(nn.Module):
@@ -49,6 +61,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+
+
+def make_norm(config, dim):
+    return RMSNorm(dim) if config.adaln else nn.LayerNorm(dim, bias=config.bias)
 
 
 def modulate(x, shift, scale):
@@ -98,8 +114,11 @@ class CausalSelfAttention(nn.Module):
         head_size = config.n_embd // config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.q_norm = RMSNorm(head_size)  # QK-norm keeps attention logits bounded
-        self.k_norm = RMSNorm(head_size)
+        # QK-norm keeps AO-GPT's attention logits bounded; sigma-GPT has none
+        self.q_norm = RMSNorm(head_size) if config.adaln else nn.Identity()
+        self.k_norm = RMSNorm(head_size) if config.adaln else nn.Identity()
+        # the authors drop nothing inside AO-GPT's attention, but do inside sigma-GPT's (nanoGPT's)
+        self.attn_dropout = 0.0 if config.adaln else config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None, attn_mask=None):
@@ -108,8 +127,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        # no dropout on the attention weights, as in the authors' AO-GPT (dropout elsewhere as configured)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                           dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, S, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -129,16 +148,15 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
-        self.ln_1 = RMSNorm(config.n_embd)
+        self.ln_1 = make_norm(config, config.n_embd)
         self.attn = CausalSelfAttention(config, layer_idx)
-        self.ln_2 = RMSNorm(config.n_embd)
+        self.ln_2 = make_norm(config, config.n_embd)
         self.mlp = MLP(config)
         # shift, scale, gate for attention and for the MLP, from the slot's target position
-        self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 6 * config.n_embd)) \
-            if config.target_injection == 'adaln' else None
+        self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 6 * config.n_embd)) if config.adaln else None
 
     def forward(self, x, c, cache=None, attn_mask=None):
-        if self.adaLN is None:  # 'add' injection: a plain pre-norm block
+        if self.adaLN is None:  # sigma-GPT: a plain pre-norm block (the target is in x already)
             x = x + self.attn(self.ln_1(x), cache, attn_mask)
             return x + self.mlp(self.ln_2(x))
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN(c).chunk(6, dim=-1)
@@ -147,15 +165,14 @@ class Block(nn.Module):
 
 
 class FinalLayer(nn.Module):
+    """AO-GPT's last norm, modulated by the target position (sigma-GPT has a plain ln_f instead)."""
+
     def __init__(self, config):
         super().__init__()
         self.ln_f = RMSNorm(config.n_embd)
-        self.adaLN_final = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 2 * config.n_embd)) \
-            if config.target_injection == 'adaln' else None
+        self.adaLN_final = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 2 * config.n_embd))
 
     def forward(self, x, c):
-        if self.adaLN_final is None:
-            return self.ln_f(x)
         shift, scale = self.adaLN_final(c).chunk(2, dim=-1)
         return modulate(self.ln_f(x), shift, scale)
 
@@ -165,26 +182,33 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        target_width = config.cond_dim if config.target_injection == 'adaln' else config.n_embd
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size + 1, config.n_embd),  # row 0: the start slot
-            wtpe=nn.Embedding(config.block_size, target_width),  # target-position embedding
+            # target-position embedding: adaLN's input, or added to the slot's input
+            wtpe=nn.Embedding(config.block_size, config.cond_dim if config.adaln else config.n_embd),
             wnonee=nn.Embedding(1, config.n_embd),  # the start token ("[None]")
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
-            final_layer=FinalLayer(config),
+            **(dict(final_layer=FinalLayer(config)) if config.adaln else dict(ln_f=make_norm(config, config.n_embd))),
         ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=True)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.adaln)
+        if not config.adaln:  # sigma-GPT ties the head to the token embedding
+            self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith('c_proj.weight'):  # residual projections, scaled as in GPT-2
-                std = 0.02 / math.sqrt(2 * config.n_layer)
-                nn.init.trunc_normal_(p, std=std, a=-3 * std, b=3 * std)
+                self._init_normal(p, 0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_normal(self, weight, std):
+        if self.config.adaln:  # AO-GPT truncates at 3 std, sigma-GPT (nanoGPT) does not
+            nn.init.trunc_normal_(weight, std=std, a=-3 * std, b=3 * std)
+        else:
+            nn.init.normal_(weight, std=std)
 
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.trunc_normal_(module.weight, std=0.02, a=-0.06, b=0.06)
+            self._init_normal(module.weight, 0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
@@ -225,7 +249,7 @@ class GPT(nn.Module):
         is_start = (positions < 0).unsqueeze(-1)
         h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens)) + wt.wpe(positions + 1)
         c = wt.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
-        if self.config.target_injection == 'add':
+        if not self.config.adaln:
             h = h + c
         h = wt.drop(h)
         if cache is not None and attn_mask is None:
@@ -236,7 +260,7 @@ class GPT(nn.Module):
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
-        return self.lm_head(wt.final_layer(h, c))
+        return self.lm_head(wt.final_layer(h, c) if self.config.adaln else wt.ln_f(h))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # matrices and embeddings decay; biases and norm weights do not
@@ -330,19 +354,32 @@ def make_ema(model, decay):
 # -----------------------------------------------------------------------------
 # checkpoints
 
+def injection_of(state):
+    """The target injection of a state dict, from its keys: only sigma-GPT has a top-level ln_f."""
+    return 'add' if 'transformer.ln_f.weight' in state else 'adaln'
+
+
 def reference_state_dict(checkpoint, use_ema=True):
     """A state dict for GPT from a checkpoint of the authors' trainer (EMA weights by default).
 
     Their EMA keeps `shadow_params` as a list in parameter order, which is the key order of
-    their `model` state dict; their compiled runs prefix keys with `_orig_mod.`.
+    their `model` state dict; their compiled runs prefix keys with `_orig_mod.`. sigma-GPT's
+    state dict holds its tied head twice, as transformer.wte.weight and lm_head.weight, but
+    parameters() yields the shared tensor once, under its first name (wte): we assume their EMA
+    of a sigma-GPT has no entry for lm_head.weight and take it from wte.
     """
     raw = {k.removeprefix('_orig_mod.'): v for k, v in checkpoint['model'].items()}
     if not use_ema:
         return raw
+    tied = injection_of(raw) == 'add'
+    names = [k for k in raw if not (tied and k == 'lm_head.weight')]
     shadow = checkpoint['ema_model']['shadow_params']
-    if len(shadow) != len(raw):
-        raise ValueError(f'EMA holds {len(shadow)} tensors but the model has {len(raw)} parameters')
-    return dict(zip(raw.keys(), shadow))
+    if len(shadow) != len(names):
+        raise ValueError(f'EMA holds {len(shadow)} tensors but the model has {len(names)} parameters')
+    state = dict(zip(names, shadow))
+    if tied:
+        state['lm_head.weight'] = state['transformer.wte.weight']
+    return state
 
 
 def one_line(error, limit=300):
@@ -365,12 +402,15 @@ def load_checkpoint(path, device='cpu', use_ema=True):
                          f'torch.save ({type(e).__name__})')
     if not isinstance(checkpoint, dict) or not {'model', 'model_args'} <= checkpoint.keys():
         raise SystemExit(f"error: {path} is not an AO-GPT checkpoint (no 'model' and 'model_args' in it)")
+    if use_ema and not {'ema', 'ema_model'} & checkpoint.keys():
+        raise SystemExit(f'error: {path} holds no EMA weights, only raw ones: read those with --use_ema=False '
+                         f'(sample.py, eval_ppl.py) or load_checkpoint(..., use_ema=False)')
     try:
-        if 'ema_model' in checkpoint:  # the authors' format
-            state = reference_state_dict(checkpoint, use_ema)
-        else:
+        if 'ema' in checkpoint:  # ours
             state = checkpoint['ema'] if use_ema else checkpoint['model']
-        model = GPT(GPTConfig(**checkpoint['model_args']))
+        else:  # the authors' format, whose model_args do not say which model it is
+            state = reference_state_dict(checkpoint, use_ema)
+        model = GPT(GPTConfig(**{'target_injection': injection_of(state), **checkpoint['model_args']}))
         model.load_state_dict(state)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise SystemExit(f'error: {path} does not hold a model this code can build ({one_line(e)})')

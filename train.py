@@ -60,7 +60,7 @@ n_embd = 768
 cond_dim = 128
 dropout = 0.0
 bias = True
-target_injection = 'adaln'  # 'adaln' or 'add'
+target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
 # AdamW
 learning_rate = 6e-4
 max_iters = 500000

@@ -34,7 +34,7 @@ def slow_ensemble_logprobs(model, x, sigma, context_orders, n_members):
     return out
 
 
-@pytest.mark.parametrize('injection,max_tokens', [('adaln', 150), ('add', 10_000)])
+@pytest.mark.parametrize('injection,max_tokens', [('adaln', 150), ('add', 10_000)])  # AO-GPT, sigma-GPT
 def test_fast_ensemble_equals_one_forward_per_query(injection, max_tokens):
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=24, vocab_size=50, n_layer=2, n_head=2, n_embd=32, cond_dim=16,

@@ -52,11 +52,16 @@ def test_load_authors_checkpoint_file(fixture, tmp_path):
 
 
 def slow_forward(model, x, order):
-    """The AO-GPT forward written out slot by slot with explicit attention loops (one row)."""
-    cfg, p = model.config, dict(model.named_parameters())
+    """The forward written out slot by slot with explicit attention loops (one row): AO-GPT's adaLN
+    blocks, or sigma-GPT's plain LayerNorm blocks on an input that carries the target embedding."""
+    cfg, p = model.config, model.state_dict()  # the state dict names a tied head under both names
     T, C, nh = x.numel(), cfg.n_embd, cfg.n_head
     hs = C // nh
+    adaln = cfg.target_injection == 'adaln'
     rms = lambda v, w: v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * w
+    centred = lambda v: v - v.mean(-1, keepdim=True)
+    layer_norm = lambda v, name: rms(centred(v), p[name + '.weight']) + p.get(name + '.bias', 0)  # LN = RMS of centred
+    norm = (lambda v, name: rms(v, p[name + '.weight'])) if adaln else layer_norm
     lin = lambda v, name: v @ p[name + '.weight'].T + (p[name + '.bias'] if name + '.bias' in p else 0)
     gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
     rows = [p['transformer.wnonee.weight'][0] + p['transformer.wpe.weight'][0]]
@@ -65,33 +70,33 @@ def slow_forward(model, x, order):
     conds = [p['transformer.wtpe.weight'][o] for o in order] + [torch.zeros(p['transformer.wtpe.weight'].size(1))]
     cond = torch.stack(conds)
     silu_c = cond * torch.sigmoid(cond)
-    adaln = cfg.target_injection == 'adaln'
     if not adaln:
         h = h + cond
     for layer in range(cfg.n_layer):
         pre = f'transformer.h.{layer}.'
         mods = lin(silu_c, pre + 'adaLN.1').chunk(6, -1) if adaln else [0, 0, 1, 0, 0, 1]
-        a = rms(h, p[pre + 'ln_1.weight']) * (1 + mods[1]) + mods[0]
+        qk_norm = (lambda v, name: rms(v, p[pre + f'attn.{name}.weight'])) if adaln else (lambda v, name: v)
+        a = norm(h, pre + 'ln_1') * (1 + mods[1]) + mods[0]
         qkv = lin(a, pre + 'attn.c_attn')
         out = torch.zeros_like(h)
         for head in range(nh):
-            q = rms(qkv[:, head * hs:(head + 1) * hs], p[pre + 'attn.q_norm.weight'])
-            k = rms(qkv[:, C + head * hs:C + (head + 1) * hs], p[pre + 'attn.k_norm.weight'])
+            q = qk_norm(qkv[:, head * hs:(head + 1) * hs], 'q_norm')
+            k = qk_norm(qkv[:, C + head * hs:C + (head + 1) * hs], 'k_norm')
             v = qkv[:, 2 * C + head * hs:2 * C + (head + 1) * hs]
             for i in range(T + 1):
                 w = torch.softmax(torch.stack([q[i] @ k[j] / math.sqrt(hs) for j in range(i + 1)]), 0)
                 out[i, head * hs:(head + 1) * hs] = sum(w[j] * v[j] for j in range(i + 1))
         h = h + mods[2] * lin(out, pre + 'attn.c_proj')
-        m = rms(h, p[pre + 'ln_2.weight']) * (1 + mods[4]) + mods[3]
+        m = norm(h, pre + 'ln_2') * (1 + mods[4]) + mods[3]
         h = h + mods[5] * lin(gelu(lin(m, pre + 'mlp.c_fc')), pre + 'mlp.c_proj')
-    h = rms(h, p['transformer.final_layer.ln_f.weight'])
-    if adaln:
-        shift, scale = lin(silu_c, 'transformer.final_layer.adaLN_final.1').chunk(2, -1)
-        h = h * (1 + scale) + shift
-    return lin(h, 'lm_head')
+    if not adaln:  # the head is the token embedding
+        return norm(h, 'transformer.ln_f') @ p['transformer.wte.weight'].T
+    h = norm(h, 'transformer.final_layer.ln_f')
+    shift, scale = lin(silu_c, 'transformer.final_layer.adaLN_final.1').chunk(2, -1)
+    return lin(h * (1 + scale) + shift, 'lm_head')
 
 
-@pytest.mark.parametrize('injection,bias', [('adaln', True), ('adaln', False), ('add', True)])
+@pytest.mark.parametrize('injection,bias', [('adaln', True), ('adaln', False), ('add', True), ('add', False)])
 def test_forward_matches_slow_forward(injection, bias):
     model = tiny_model(target_injection=injection, bias=bias)
     x = torch.randint(0, 11, (2, 16))

@@ -44,8 +44,9 @@ def uncached_logits(model, x, prefix, candidates):
 @pytest.mark.parametrize('order,confidence', [('random', None), ('l2r', None), ('confidence', 'maxprob'),
                                               ('confidence', 'entropy')])
 @pytest.mark.parametrize('steps,schedule', [(None, 'linear'), (4, 'linear'), (5, 'cosine')])
-def test_cached_decoding_equals_uncached_forwards(prompt, order, confidence, steps, schedule):
-    model = tiny_model()
+@pytest.mark.parametrize('injection', ['adaln', 'add'])  # AO-GPT and the sigma-GPT baseline
+def test_cached_decoding_equals_uncached_forwards(injection, prompt, order, confidence, steps, schedule):
+    model = tiny_model(target_injection=injection)
     known = torch.tensor(KNOWN[prompt])
     n = int((~known).sum())
     x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
