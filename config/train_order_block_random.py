@@ -1,19 +1,13 @@
 # Order ablation (the paper's Figure 2a): AO-GPT small trained on a single fixed order,
 # one fixed order, random within consecutive blocks of 16 positions, the blocks
 # left to right.
-# The authors' ablation schedule: 20k iterations at 524,288 tokens per iteration, with the cosine of the
-# full 500k-iteration run (so the learning rate stays near its peak).
+# The schedule and batch are those of train_order_l2r.py.
 # torchrun --standalone --nproc_per_node=8 train.py config/train_order_block_random.py
 import os
 
-exec(open(os.path.join(os.path.dirname(__file__), 'train_ao_gpt_small.py')).read())
+exec(open(os.path.join(os.path.dirname(__file__), 'train_order_l2r.py')).read())
 
 out_dir = 'out-order-block-random'
 wandb_run_name = 'order-block-random'
 order = 'block_random'
 order_block = 16
-batch_size = 32
-gradient_accumulation_steps = 16  # 32 * 1024 * 16 = 524,288 tokens per iteration
-max_iters = 20000
-lr_decay_iters = 500000
-eval_interval = 1000

@@ -87,6 +87,18 @@ def bpe_ckpt(workdir):
     return 'out-bpe'
 
 
+@pytest.fixture(scope='session')
+def tiny_gpt2(tmp_path_factory):
+    """A randomly initialised GPT-2 (GPT-2's vocabulary and 1024 positions, 16 wide) saved with
+    save_pretrained: the offline stand-in for gpt2-medium / gpt2-large."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp('tiny-gpt2')
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=1024)).save_pretrained(folder)
+    return str(folder)
+
+
 def peak_memory_run(script, *args, cwd):
     """Run a script to the end in a fresh process; return (its stdout, its peak RSS in MB)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

@@ -192,16 +192,6 @@ def test_memory_is_flat_in_the_number_of_chunks(workdir, bpe_ckpt):
     assert runs[0] < runs[4] + 100, runs
 
 
-@pytest.fixture(scope='module')
-def tiny_gpt2(tmp_path_factory):
-    """A randomly initialised GPT-2 (GPT-2's vocabulary and 1024 positions, 16 wide) saved with save_pretrained."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp('tiny-gpt2')
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=1024)).save_pretrained(folder)
-    return str(folder)
-
-
 def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2):
     from transformers import AutoModelForCausalLM
     out = eval_ppl(workdir, f'--init_from={tiny_gpt2}', '--dataset=ptb', f'--data_dir={os.path.join(SHARED, "data")}',

@@ -17,16 +17,6 @@ from test_model import tiny_model
 from test_sample import one_thread  # noqa: F401 (autouse: tiny models run on one thread)
 
 
-@pytest.fixture(scope='module')
-def gpt2_dir(tmp_path_factory):
-    """A tiny randomly initialised GPT-2 with GPT-2's vocabulary, saved as gpt2-large would be: the stand-in scorer."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp('tiny-gpt2')
-    GPT2LMHeadModel(GPT2Config(n_positions=64, n_embd=16, n_layer=2, n_head=2)).save_pretrained(folder)
-    return str(folder)
-
-
 def records_of(rows, known=()):
     return [dict(tokens=row, known=list(k), seconds=0.5) for row, k in zip(rows, known or [[]] * len(rows))]
 
@@ -47,18 +37,18 @@ def check_summary(records, scored, generated):
     assert summary['n'] == len(records) and summary['seconds_per_sample'] == 0.5
 
 
-def test_hf_gen_ppl_equals_a_hand_loop(gpt2_dir, monkeypatch):
+def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2, monkeypatch):
     from transformers import GPT2LMHeadModel
     monkeypatch.setattr(gen_ppl, 'device', 'cpu')
     monkeypatch.setattr(gen_ppl, 'score_batch_size', 3)  # 7 samples: batches of 3, 3 and the remainder 1
     rows = torch.randint(50257, (7, 20), generator=torch.Generator().manual_seed(0)).tolist()
     known = [[0, 1, 2], [], [], [5, 19], [], [], []]  # a prompt, and given tokens inside (not scored)
     records = records_of(rows, known)
-    nll, vocab, n_ids, context = gen_ppl.load_scorer(gpt2_dir)
-    assert (vocab, n_ids, context) == ('gpt2', 50257, 64)
+    nll, vocab, n_ids, context = gen_ppl.load_scorer(tiny_gpt2)
+    assert (vocab, n_ids, context) == ('gpt2', 50257, 1024)
     scored = gen_ppl.score(records, nll)
 
-    hf = GPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    hf = GPT2LMHeadModel.from_pretrained(tiny_gpt2).eval()
     nlls, generated = [], []
     for row, given in zip(rows, known):
         with torch.no_grad():
@@ -66,7 +56,7 @@ def test_hf_gen_ppl_equals_a_hand_loop(gpt2_dir, monkeypatch):
         nlls.append([-logp[p - 1, row[p]].item() for p in range(1, len(row)) if p not in given])
         generated.append([t for p, t in enumerate(row) if p not in given])
     for got, expected in zip(scored, nlls):
-        torch.testing.assert_close(got.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-5, rtol=0)
+        torch.testing.assert_close(got.double(), torch.tensor(expected, dtype=torch.float64), atol=5e-5, rtol=0)
     check_summary(records, scored, generated)
 
 
@@ -133,8 +123,8 @@ def test_temperature_lowers_gen_ppl_and_entropy_and_samples_round_trip(workdir, 
     assert [r['seconds_per_sample'] for r in results] == [s['seconds_per_sample'] for s in again]
 
 
-def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, gpt2_dir):
-    results = run_gen_ppl(workdir, f'--out_dir={bpe_ckpt}', f'--scorer={gpt2_dir}', '--num_samples=5',
+def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny_gpt2):
+    results = run_gen_ppl(workdir, f'--out_dir={bpe_ckpt}', f'--scorer={tiny_gpt2}', '--num_samples=5',
                           '--batch_size=5', '--score_batch_size=2', '--steps=4', '--start=The', '--max_new_tokens=8',
                           '--samples_out=bpe.jsonl', '--out_json=gen.json')
     assert len(results) == 1 and results[0]['n'] == 5
@@ -164,8 +154,8 @@ def sample_files(workdir):
     (['--top_p_mode=top'], "--top_p_mode must be one of nucleus, authors, got 'top'"),
     (['--sample_dtype=float16'], "--sample_dtype must be one of float64, float32, got 'float16'"),
 ])
-def test_bad_input_is_one_line(sample_files, char_ckpt, gpt2_dir, args, message):
-    args = [a.format(gpt2=gpt2_dir) for a in args]
+def test_bad_input_is_one_line(sample_files, char_ckpt, tiny_gpt2, args, message):
+    args = [a.format(gpt2=tiny_gpt2) for a in args]
     error = one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--device=cpu',
                            *args, cwd=sample_files)
-    assert error.startswith('error: ' + message.format(gpt2=gpt2_dir)), error
+    assert error.startswith('error: ' + message.format(gpt2=tiny_gpt2)), error

@@ -76,18 +76,6 @@ def test_init_is_untruncated_normal():
                for n in [model.transformer.h[0].ln_1, model.transformer.ln_f])
 
 
-def test_attention_dropout_as_nanogpt():
-    # sigma-GPT drops attention weights in training, AO-GPT does not (test_model.test_no_attention_dropout)
-    model = tiny_sigma_gpt(dropout=0.5)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    x, order = torch.randint(1000, (2, 16)), torch.randperm(16).expand(2, 16)
-    expected, _ = model.eval()(x, order)
-    logits, _ = model.train()(x, order)
-    assert not torch.allclose(logits, expected)
-
-
 def test_tying_survives_ema_and_checkpoints(tmp_path):
     model = tiny_sigma_gpt()
     ema = make_ema(model, decay=0.5)
