@@ -49,7 +49,7 @@ run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from common import autocast, check_device, peak_memory_mb, reset_peak_memory  # noqa: E402
+from common import autocast, check_device, peak_memory_mb, print_table, reset_peak_memory  # noqa: E402
 from configurator import at_least, check_settings, configure, fail  # noqa: E402
 configure(globals(), config_keys, doc=__doc__)
 # -----------------------------------------------------------------------------
@@ -271,9 +271,7 @@ def bench_architectures():
     rows = [[f'{names[inj]} ({inj})', f'{params[inj] / 1e6:.1f}M', f'{tokens_per_sec[inj]:,.0f}',
              f'{sampling[inj]:.2f}s'] for inj in TARGET_INJECTIONS]
     rows.append(['sigma-GPT / AO-GPT', ratio(params), ratio(tokens_per_sec), ratio(sampling)])
-    widths = [max(len(row[k]) for row in [head, *rows]) for k in range(len(head))]
-    for row in [head, *rows]:
-        print('  ' + '  '.join(v.rjust(w) if k else v.ljust(w) for k, (v, w) in enumerate(zip(row, widths))))
+    print_table(head, rows)
 
 
 benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,

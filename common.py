@@ -8,6 +8,7 @@ Every script names its checkpoint the same way, with `init_from`:
   huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>)
 """
 import ctypes
+import json
 import os
 import sys
 from contextlib import nullcontext
@@ -198,6 +199,31 @@ def load_hf_causal_lm(name, device):
         fail(f'could not load the Hugging Face model {name!r} ({reason}); check the name and the network, '
              f'or pass a local folder saved with save_pretrained')
     return model.to(device).eval()
+
+
+def read_lines(path):
+    """The lines of a UTF-8 text file, without their newline; one-line error if it is not UTF-8."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        fail(f'{path} is not UTF-8 text (invalid byte at offset {e.start}); convert it to UTF-8')
+    lines = text.split('\n')
+    return lines[:-1] if lines[-1] == '' else lines
+
+
+def read_jsonl(path, holds):
+    """(line number, record) of each non-blank line of a .jsonl file; `holds` says in the error what
+    one line should be."""
+    records = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((number, json.loads(line)))
+        except json.JSONDecodeError as e:
+            fail(f'{path} line {number} is not JSON ({e.msg}); a .jsonl file holds {holds} per line')
+    return records
 
 
 def print_table(head, rows):

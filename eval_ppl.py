@@ -61,7 +61,8 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from common import (DTYPES, autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
-                    default_device, gpt2_encoding, load_hf_causal_lm, release_freed_memory)
+                    default_device, gpt2_encoding, load_hf_causal_lm, print_table, read_jsonl, read_lines,
+                    release_freed_memory)
 from configurator import at_least, check_settings, fail, one_of
 from model import load_checkpoint
 
@@ -146,30 +147,12 @@ def lambada_detokenize(text):
 # rows: each set's documents exactly as the Hugging Face Hub serves them
 
 
-def read_lines(path):
-    """The lines of a UTF-8 text file, without their newline."""
-    try:
-        with open(path, encoding='utf-8') as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        fail(f'{path} is not UTF-8 text (invalid byte at offset {e.start}); convert it to UTF-8')
-    lines = text.split('\n')
-    return lines[:-1] if lines[-1] == '' else lines
-
-
 def read_text_file(path):
     """Rows of a local .txt (one per line) or .jsonl ({"text": ...} per line, blank lines skipped)."""
-    lines = read_lines(path)
     if not path.endswith('.jsonl'):
-        return lines
+        return read_lines(path)
     rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            fail(f'{path} line {number} is not JSON ({e.msg}); a .jsonl file holds one {{"text": ...}} per line')
+    for number, record in read_jsonl(path, 'one {"text": ...}'):
         if not isinstance(record, dict) or not isinstance(record.get('text'), str):
             fail(f'{path} line {number} has no "text" string; a .jsonl file holds one {{"text": ...}} per line')
         rows.append(record['text'])
@@ -450,9 +433,10 @@ def check_inputs(names):
     check_settings(globals(), {'ensemble': at_least(1), 'max_tokens': at_least(1), 'max_chunks': at_least(0),
                                'block_size': at_least(0), 'split': one_of(*SPLITS), 'pipeline': one_of(*PIPELINES),
                                'l2r_dtype': one_of('auto', *DTYPES)})
+    hf = is_hf_model(init_from)
     check_device(device, dtype)
-    check_device(device, l2r_precision(is_hf_model(init_from)))
-    if is_hf_model(init_from) and ensemble > 1:
+    check_device(device, l2r_precision(hf))
+    if hf and ensemble > 1:
         fail(f'{init_from} is scored left-to-right only: --ensemble applies to AO-GPT checkpoints')
     if not names:
         fail('--dataset is empty: name one or more sets, comma-separated, or pass --data_file=path')
@@ -512,7 +496,7 @@ def main():
             ppl = perplexities(l2r, members)
         results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=l2r.numel(), ppl=ppl,
                              seconds=round(time.time() - t0, 2))
-    print_table(results)
+    report(results)
     if out_json:
         with open(out_json, 'w') as f:
             json.dump(dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype,
@@ -520,15 +504,13 @@ def main():
         print(f'wrote {out_json}')
 
 
-def print_table(results):
+def report(results):
     """One row per set; a column a model does not have (any-order for GPT-2) reads '-'."""
     sizes = ensemble_sizes(ensemble)
     head = ['dataset', 'tokens', 'l2r ppl', 'any-order ppl'] + [f'M={m}' for m in sizes[1:]] + ['time']
-    rows = [[name, f"{r['tokens']:,}", *(f"{r['ppl'][k]:.3f}" if k in r['ppl'] else '-' for k in ['l2r', *sizes]),
-             f"{r['seconds']:.1f}s"] for name, r in results.items()]
-    widths = [max(len(str(row[k])) for row in [head, *rows]) for k in range(len(head))]
-    for row in [head, *rows]:
-        print('  '.join(str(v).ljust(w) for v, w in zip(row, widths)))
+    print_table(head, [[name, f"{r['tokens']:,}", *(f"{r['ppl'][k]:.3f}" if k in r['ppl'] else '-'
+                                                     for k in ['l2r', *sizes]), f"{r['seconds']:.1f}s"]
+                       for name, r in results.items()])
 
 
 if __name__ == '__main__':

@@ -35,7 +35,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from common import (GPT2_VOCAB, autocast, checkpoint_path, checkpoint_vocab, default_device, default_dtype,
-                    describe_vocab, load_hf_causal_lm, load_tokenizer, print_table, token_count)
+                    describe_vocab, load_hf_causal_lm, load_tokenizer, print_table, read_jsonl, token_count)
 from configurator import check_settings, fail
 from model import load_checkpoint
 from sample import TEMPERATURE_RULE, TOP_P_RULE, check_sampling, check_steps, generate, prompt_tokens
@@ -197,19 +197,12 @@ def summarize(records, nlls):
 
 def read_samples(path):
     records = []
-    with open(path, encoding='utf-8') as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                fail(f'{path}, line {i}: not JSON ({e.msg})')
-            tokens = r.get('tokens') if isinstance(r, dict) else None
-            if not (isinstance(tokens, list) and len(tokens) >= 2 and all(type(t) is int and t >= 0 for t in tokens)
-                    and 'vocab' in r):
-                fail(f'{path}, line {i}: not a sample written by gen_ppl.py (a "tokens" list of ids and a "vocab")')
-            records.append(r)
+    for i, r in read_jsonl(path, 'one sample written by gen_ppl.py'):
+        tokens = r.get('tokens') if isinstance(r, dict) else None
+        if not (isinstance(tokens, list) and len(tokens) >= 2 and all(type(t) is int and t >= 0 for t in tokens)
+                and 'vocab' in r):
+            fail(f'{path}, line {i}: not a sample written by gen_ppl.py (a "tokens" list of ids and a "vocab")')
+        records.append(r)
     if not records:
         fail(f'{path} holds no samples')
     if len({json.dumps(r['vocab']) for r in records}) > 1 or len({len(r['tokens']) for r in records}) > 1:

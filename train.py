@@ -211,9 +211,8 @@ model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=bloc
 iter_num = 0
 resumed_at = None
 checkpoint = None
-fixed_order = make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
-if explicit_order is not None:
-    fixed_order = explicit_order
+fixed_order = explicit_order if explicit_order is not None else \
+    make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
 torch.manual_seed(seed)  # the same initial weights on every process and every run
 if init_from == 'scratch':
     try:
