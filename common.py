@@ -10,12 +10,14 @@ Every script names its checkpoint the same way, with `init_from`:
 import ctypes
 import json
 import os
+import pickle
 import sys
 from contextlib import nullcontext
 
 import torch
 
-from configurator import fail
+from configurator import fail, rank
+from model import load_checkpoint, weights_read
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
@@ -110,6 +112,15 @@ def checkpoint_path(init_from, out_dir):
     return init_from
 
 
+def read_checkpoint(path, device='cpu', use_ema=True):
+    """model.load_checkpoint, saying so in one line (rank 0) when a checkpoint without EMA weights gives
+    its raw ones."""
+    model, checkpoint = load_checkpoint(path, device, use_ema)
+    if use_ema and weights_read(checkpoint) == 'raw' and rank() == 0:
+        print(f'note: {path} holds no EMA weights: reading its raw weights')
+    return model, checkpoint
+
+
 def hub_file(name):
     """Fetch hf:owner/repo/path from the Hugging Face Hub into its cache; return the local path."""
     owner, _, rest = name[3:].partition('/')
@@ -125,28 +136,60 @@ def hub_file(name):
              f'check the name, the network, or download it and pass its path')
 
 
-def char_vocabulary(meta):
-    """The characters of a char-level dataset's meta.pkl, as one string in id order."""
-    return ''.join(meta['itos'][i] for i in range(meta['vocab_size']))
+def dataset_vocab(folder):
+    """What the token ids of a dataset folder (its .bin files) mean, and how many there are: a char-level
+    meta.pkl's characters (one string, in id order); None when meta.pkl gives only vocab_size (a
+    tokenizer of the user's own, known by its size alone); 'gpt2' when there is no meta.pkl."""
+    path = os.path.join(folder, 'meta.pkl')
+    if not os.path.exists(path):
+        return 'gpt2', GPT2_VOCAB
+    with open(path, 'rb') as f:
+        meta = pickle.load(f)
+    if not isinstance(meta, dict) or 'vocab_size' not in meta:
+        fail(f'{path} holds no vocab_size: a meta.pkl is a dict with vocab_size (and itos, the characters)')
+    size = int(meta['vocab_size'])
+    return (''.join(meta['itos'][i] for i in range(size)) if 'itos' in meta else None), size
 
 
 def checkpoint_vocab(checkpoint, vocab_size):
     """What a checkpoint's token ids mean: its characters (one string, in id order), 'gpt2', or
-    None when it does not say (a small vocabulary saved without its characters)."""
-    if checkpoint.get('vocab') is not None:
+    None when it does not say (a small vocabulary saved without its characters, or a run on a
+    dataset whose meta.pkl gives only vocab_size)."""
+    if 'vocab' in checkpoint:  # train.py always stores it
         return checkpoint['vocab']
     return 'gpt2' if vocab_size >= GPT2_VOCAB else None
 
 
-def describe_vocab(vocab):
+def checkpoint_tokens(checkpoint, vocab_size):
+    """(what a checkpoint's ids mean, how many of them are tokens), as check_vocab compares them."""
+    return checkpoint_vocab(checkpoint, vocab_size), token_count(checkpoint, vocab_size)
+
+
+def describe_vocab(vocab, size):
+    if vocab is None:
+        return f'the ids of a {size}-token vocabulary'
     return 'GPT-2 BPE tokens' if vocab == 'gpt2' else f'the ids of a {len(vocab)}-character vocabulary'
 
 
-def check_vocab(model_vocab, data_vocab, name):
-    """Fail unless a checkpoint's tokens (checkpoint_vocab) are those of the data (chars or 'gpt2')."""
-    if model_vocab is not None and model_vocab != data_vocab:
-        fail(f'the checkpoint reads {describe_vocab(model_vocab)} but {name} holds {describe_vocab(data_vocab)}: '
+def same_vocab(a, b):
+    """Whether two vocabularies, each (what its ids mean, how many), can hold the same ids: the same
+    tokenizer where both say theirs, else (one says only its size) the same size."""
+    if a[0] is None or b[0] is None:
+        return a[1] == b[1]
+    return a[0] == b[0]
+
+
+def check_vocab(model, data, name):
+    """Fail unless a checkpoint reads the tokens of data (each (vocab, size), see same_vocab). Returns
+    the note to print when the ids could only be checked by their number, else ''."""
+    if not same_vocab(model, data):
+        fail(f'the checkpoint reads {describe_vocab(*model)} but {name} holds {describe_vocab(*data)}: '
              f'use data made with the tokenizer of the checkpoint')
+    unsaid = [who for who, (vocab, _) in (('the checkpoint', model), (name, data)) if vocab is None]
+    if not unsaid:
+        return ''
+    return (f"note: {' and '.join(unsaid)} {'give' if len(unsaid) > 1 else 'gives'} only a vocabulary size "
+            f'({data[1]}), so the tokens cannot be checked: the ids are taken to be the same')
 
 
 def token_count(checkpoint, vocab_size):
@@ -159,7 +202,7 @@ def load_tokenizer(checkpoint, vocab_size):
     chars = checkpoint_vocab(checkpoint, vocab_size)
     if chars is None:
         fail(f'the checkpoint has a {vocab_size}-token vocabulary but does not store its characters, so its '
-             f'tokens cannot be decoded: retrain it with this version of train.py')
+             f'tokens cannot be decoded: use one trained by this train.py on text (characters or GPT-2 BPE)')
     if chars != 'gpt2':
         stoi = {c: i for i, c in enumerate(chars)}
 

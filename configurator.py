@@ -17,6 +17,7 @@ Arguments are applied left to right, so a later one wins:
   and a list, tuple, dict or set is an error (an explicit order goes in a file: train.py --order_file)
 - --key=value or --key value overrides one setting; the text is parsed by the type of the
   default (a str stays as typed, a None default goes through ast.literal_eval)
+- an int setting takes a whole number written as a float (1e3, 1000.0), in a file or a flag alike
 - --key alone sets a bool setting to True
 - --help or -h lists every setting with its default and exits
 
@@ -86,6 +87,8 @@ def read_config_file(path, keys=()):
     A value of another type under the name of a setting, or a list, tuple, dict or set under any
     public name, is an error, not ignored.
     """
+    if os.path.isdir(path):
+        fail(f"config file '{path}' is a directory: name a python file in it")
     if not os.path.isfile(path):
         fail(f"config file '{path}' not found")
     scope = {'__file__': path}
@@ -128,7 +131,7 @@ def parse_text(key, text, default):
             number = float(text)  # scientific notation such as 2e5 is handy for iteration counts
         except ValueError:
             number = None
-        if number is None or not number.is_integer():
+        if not is_integral(number):
             fail(f'--{key} expects an int, got {text!r}')
         return int(number)
     if isinstance(default, float):
@@ -147,6 +150,11 @@ def parse_text(key, text, default):
         return text
 
 
+def is_integral(value):
+    """A float that is a whole number (1000.0, 1e3), which an int setting takes as that int."""
+    return isinstance(value, float) and value.is_integer()
+
+
 def check_value(name, value, default):
     """Check a python value from a config file against the type of the default."""
     if default is None:
@@ -154,7 +162,8 @@ def check_value(name, value, default):
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or is_integral(value)
+        value = int(value) if ok else value
     elif isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         value = float(value) if ok else value

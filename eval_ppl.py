@@ -10,8 +10,8 @@ on the authors' evaluation chunks.
     python eval_ppl.py --init_from=gpt2-medium --dataset=wikitext2,ptb    # the GPT-2 baseline row
 
 init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
-Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated (--use_ema=False: the raw
-ones); or a Hugging Face GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a folder saved with
+Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated (--use_ema=False, or a
+checkpoint without EMA weights: the raw ones); or a Hugging Face GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a folder saved with
 save_pretrained; needs transformers), scored left-to-right only.
 
 The chunks (--pipeline=paper, the default, as the authors' data pipeline makes them): every row of
@@ -49,7 +49,6 @@ none of the wasted vocabulary projections.
 import json
 import math
 import os
-import pickle
 import re
 import time
 from contextlib import nullcontext
@@ -60,11 +59,10 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from common import (DTYPES, autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
-                    default_device, gpt2_encoding, load_hf_causal_lm, print_table, read_jsonl, read_lines,
-                    release_freed_memory)
+from common import (DTYPES, GPT2_VOCAB, autocast, check_device, check_vocab, checkpoint_path, checkpoint_tokens,
+                    dataset_vocab, default_device, gpt2_encoding, load_hf_causal_lm, print_table, read_checkpoint,
+                    read_jsonl, read_lines, release_freed_memory)
 from configurator import at_least, check_settings, fail, one_of
-from model import load_checkpoint
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder
@@ -78,7 +76,7 @@ block_size = 0  # 0: the checkpoint's block_size
 ensemble = 1  # M, the largest ensemble; M = 1, 2, 4, ... up to it are reported
 max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
 max_tokens = 32768  # slots per forward pass, which bounds memory
-use_ema = True  # the EMA weights; False: the raw ones (the authors' sigma-GPT evaluation read those)
+use_ema = True  # the EMA weights (the raw ones if there are none); False: the raw ones
 seed = 1337
 out_json = ''
 device = default_device()
@@ -267,35 +265,35 @@ def make_chunks(docs, n):
 
 
 def load_tokens(name):
-    """(token documents, their tokenizer: 'gpt2' or a char vocabulary string) of a named set or
-    --data_file; a .bin token file is one document."""
+    """(token documents, (what their ids mean, how many ids): see common.dataset_vocab) of a named set
+    or --data_file; a .bin token file is one document, read with the meta.pkl beside it if any."""
     if name in BIN_SETS or name.endswith('.bin'):
         path = name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
         if not os.path.exists(path):
             fail(f'{path} not found' + ('' if name.endswith('.bin') else f': run python data/{name}/prepare.py'))
         if os.path.getsize(path) == 0 or os.path.getsize(path) % 2:
             fail(f'{path} is not a token file: expected uint16 token ids, got {os.path.getsize(path)} bytes')
-        meta = os.path.join(os.path.dirname(path), 'meta.pkl')
-        vocab = char_vocabulary(pickle.load(open(meta, 'rb'))) if os.path.exists(meta) else 'gpt2'
-        return [np.memmap(path, dtype=np.uint16, mode='r')], vocab
+        return [np.memmap(path, dtype=np.uint16, mode='r')], dataset_vocab(os.path.dirname(path))
     rows = read_text_file(name) if name == data_file else load_rows(name)
     if not any(row.strip() for row in rows):
         fail(f'{name} holds no text')
     if pipeline == 'clean':
         rows = [row.strip() for row in rows if row.strip()]
-    return encode_rows(rows, None if name == data_file else SETS[name][3]), 'gpt2'
+    return encode_rows(rows, None if name == data_file else SETS[name][3]), ('gpt2', GPT2_VOCAB)
 
 
-def check_tokens(name, docs, vocab, model_vocab, vocab_size, n):
-    """Fail unless the model reads this set's tokens (the same tokenizer, every id in range) and the
-    set holds at least one block of them."""
-    check_vocab(model_vocab, vocab, name)
+def check_tokens(name, docs, data, model, n):
+    """Fail unless the model reads this set's tokens (the same tokenizer or, where one side gives only
+    its vocabulary size, the same size; every id in range) and the set holds at least one block of
+    them. Returns check_vocab's note."""
+    note = check_vocab(model, data, name)
     top = max(int(np.max(doc)) for doc in docs)
-    if top >= vocab_size:
-        fail(f'{name} holds token id {top} but the checkpoint has only {vocab_size} tokens')
+    if top >= model[1]:
+        fail(f'{name} holds token id {top} but the checkpoint has only {model[1]} tokens')
     total = sum(len(doc) for doc in docs)
     if total < n:
         fail(f'{name} has {total} tokens, fewer than one block of {n}')
+    return note
 
 
 # -----------------------------------------------------------------------------
@@ -452,29 +450,30 @@ def check_inputs(names):
 
 
 def load_model():
-    """(model, its block size, what its token ids mean, its vocabulary size, a description for the output)."""
+    """(model, its block size, (what its token ids mean, how many), a description for the output)."""
     if is_hf_model(init_from):
         model = load_hf_causal_lm(init_from, device)
         positions = getattr(model.config, 'n_positions', None) or model.config.max_position_embeddings
-        return model, positions, 'gpt2', model.config.vocab_size, init_from
+        return model, positions, ('gpt2', model.config.vocab_size), init_from
     path = checkpoint_path(init_from, out_dir)
-    model, checkpoint = load_checkpoint(path, device, use_ema)
-    return model, model.config.block_size, checkpoint_vocab(checkpoint, model.config.vocab_size), \
-        model.config.vocab_size, path
+    model, checkpoint = read_checkpoint(path, device, use_ema)
+    return model, model.config.block_size, checkpoint_tokens(checkpoint, model.config.vocab_size), path
 
 
 def main():
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
     hf = is_hf_model(init_from)
-    model, model_block, model_vocab, vocab_size, source = load_model()
+    model, model_block, model_tokens, source = load_model()
     n = block_size or model_block
     if n > model_block:
         fail(f"--block_size={n} is larger than the checkpoint's block_size {model_block}")
     sets = {}
     for name in names:  # read and check every set before evaluating any
-        docs, vocab = load_tokens(name)
-        check_tokens(name, docs, vocab, model_vocab, vocab_size, n)
+        docs, data_tokens = load_tokens(name)
+        note = check_tokens(name, docs, data_tokens, model_tokens, n)
+        if note:
+            print(note)
         sets[name] = make_chunks(docs, n)[:max_chunks or None]
         if not len(sets[name]):
             fail(f'{name} makes no {n}-token chunk: --pipeline=paper cuts each batch (at most {MAP_BATCH:,} rows '

@@ -16,7 +16,8 @@ sample per line), so that --samples=file scores them again without sampling.
 
 scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-2 BPE ids (a name
 such as gpt2-large, or a folder written by save_pretrained; needs transformers), or one of our
-checkpoints (a .pt file or hf:owner/repo/file.pt), read in the identity order. Every generated
+checkpoints (a .pt file or hf:owner/repo/file.pt), read in the identity order with its EMA weights
+(its raw ones if it has none; the output says which; --use_ema is the sampler's). Every generated
 token but the first of the sample is scored, with no BOS; prompt tokens are not scored.
 
 Per grid point: gen PPL, the mean and (population) std over samples of exp(mean token NLL of the
@@ -34,16 +35,17 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from common import (GPT2_VOCAB, autocast, checkpoint_path, checkpoint_vocab, default_device, default_dtype,
-                    describe_vocab, load_hf_causal_lm, load_tokenizer, print_table, read_jsonl, token_count)
+from common import (GPT2_VOCAB, autocast, checkpoint_path, checkpoint_tokens, checkpoint_vocab, default_device,
+                    default_dtype, describe_vocab, load_hf_causal_lm, load_tokenizer, print_table, read_checkpoint,
+                    read_jsonl, same_vocab, token_count)
 from configurator import check_settings, fail
-from model import load_checkpoint
+from model import weights_read
 from sample import TEMPERATURE_RULE, TOP_P_RULE, check_sampling, check_steps, generate, prompt_tokens
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # the sampler: 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
 out_dir = 'out-shakespeare-char'
-use_ema = True
+use_ema = True  # the sampler's EMA weights (the raw ones if there are none)
 samples = ''  # a samples .jsonl written by an earlier run: score it instead of sampling
 samples_out = 'samples.jsonl'  # where the new samples go
 scorer = 'gpt2-large'  # a Hugging Face causal LM (name or folder), or our checkpoint (.pt path or hf:...)
@@ -119,18 +121,17 @@ def check_inputs():
 # scorers: per-token NLL of tokens 1..T-1 of each row, left to right
 
 def load_scorer(name):
-    """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; the vocabulary (as checkpoint_vocab
-    says it), the number of token ids and the longest sequence the scorer reads."""
+    """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; its vocabulary (what the ids mean, as
+    checkpoint_vocab says it, and how many), the longest sequence it reads, and which weights of a
+    checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
     if name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name):
-        model, checkpoint = load_checkpoint(checkpoint_path(name, out_dir), device)
-        vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
-        if vocab is None:
-            fail(f'the scorer {name} does not store what its token ids mean: retrain it with this version of train.py')
+        model, checkpoint = read_checkpoint(checkpoint_path(name, out_dir), device)
 
         def nll(x):
             _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
             return loss[:, 1:].float()
-        return nll, vocab, model.config.vocab_size, model.config.block_size
+        return nll, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
+            weights_read(checkpoint)
     model = load_hf_causal_lm(name, device)
     if model.config.vocab_size < GPT2_VOCAB:
         fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
@@ -139,13 +140,18 @@ def load_scorer(name):
     def nll(x):
         logits = model(input_ids=x).logits[:, :-1].float()
         return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction='none')
-    return nll, 'gpt2', model.config.vocab_size, getattr(model.config, 'max_position_embeddings', None)
+    return nll, ('gpt2', model.config.vocab_size), getattr(model.config, 'max_position_embeddings', None), None
 
 
-def check_scorer(vocab, length, scorer_vocab, scorer_context):
-    if vocab != scorer_vocab:
-        fail(f'the samples are {describe_vocab(vocab)} but the scorer {scorer} reads '
-             f'{describe_vocab(scorer_vocab)}: score with a model of the same tokenizer')
+def check_scorer(vocab, length, scorer_tokens, scorer_context):
+    """Fail unless the scorer reads the samples' tokens, as common.same_vocab says, and their length."""
+    samples = (vocab, GPT2_VOCAB if vocab == 'gpt2' else len(vocab))
+    if not same_vocab(samples, scorer_tokens):
+        fail(f'the samples are {describe_vocab(*samples)} but the scorer {scorer} reads '
+             f'{describe_vocab(*scorer_tokens)}: score with a model of the same tokenizer')
+    if scorer_tokens[0] is None:
+        print(f'note: the scorer {scorer} gives only a vocabulary size ({scorer_tokens[1]}), so the tokens cannot '
+              f"be checked: its ids are taken to be the samples'")
     if scorer_context is not None and length > scorer_context:
         fail(f'the samples are {length} tokens long but the scorer {scorer} reads at most {scorer_context}')
 
@@ -260,38 +266,39 @@ def main():
         vocab, length = records[0]['vocab'], len(records[0]['tokens'])
     else:
         path = checkpoint_path(init_from, out_dir)
-        model, checkpoint = load_checkpoint(path, device, use_ema)
+        model, checkpoint = read_checkpoint(path, device, use_ema)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
         ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
         points = [(check_steps(s, known.count(False)), t, p) for s, t, p in points]
         length = len(ids)
-    nll, scorer_vocab, n_ids, context = load_scorer(scorer)
-    check_scorer(vocab, length, scorer_vocab, context)
+    nll, scorer_tokens, context, scorer_weights = load_scorer(scorer)
+    check_scorer(vocab, length, scorer_tokens, context)
 
     if not samples:
         records = sample_grid(model, checkpoint, path, decode, ids, known, points)
 
-    check_ids(records, n_ids)
+    check_ids(records, scorer_tokens[1])
     groups = collections.defaultdict(list)  # grid point -> its records, in the order of the file
     for r in records:
         groups[tuple(r.get(k) for k in SETTINGS)].append(r)
     results = [dict(zip(SETTINGS, key), **summarize(group, score(group, nll))) for key, group in groups.items()]
-    report(results)
+    report(results, scorer + (f' ({scorer_weights} weights)' if scorer_weights else ''))
     if out_json:
         with open(out_json, 'w') as f:
-            json.dump(dict(scorer=scorer, samples=samples or samples_out, results=results), f, indent=2)
+            json.dump(dict(scorer=scorer, scorer_weights=scorer_weights, samples=samples or samples_out,
+                           results=results), f, indent=2)
         print(f'wrote {out_json}')
 
 
-def report(results):
+def report(results, scorer_name):
     """The table: steps, temperature and top_p, plus any other setting that differs between rows."""
     keys = ['steps', 'temperature', 'top_p'] + [k for k in SETTINGS if k not in ('steps', 'temperature', 'top_p')
                                                 and len({json.dumps(r[k]) for r in results}) > 1]
     head = keys + ['N', 'gen PPL', 'pooled PPL', 'entropy', 's/sample']
     rows = [[r[k] for k in keys] + [r['n'], f"{r['gen_ppl']:.2f} ± {r['gen_ppl_std']:.2f}", f"{r['pooled_ppl']:.2f}",
                                      f"{r['entropy']:.3f}", f"{r['seconds_per_sample']:.3g}"] for r in results]
-    print(f'scorer: {scorer}')
+    print(f'scorer: {scorer_name}')
     print_table(head, rows)
 
 

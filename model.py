@@ -20,6 +20,7 @@ nanoGPT for the overall shape. Parameter names follow the authors' code, so thei
 load as they are.
 """
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -388,13 +389,29 @@ def one_line(error, limit=300):
     return f'{type(error).__name__}: {text[:limit]}' + ('...' if len(text) > limit else '')
 
 
+def weights_read(checkpoint, use_ema=True):
+    """'EMA' or 'raw': the weights load_checkpoint reads, the EMA ones (ours: 'ema', the authors':
+    'ema_model') unless use_ema=False or the checkpoint has none (the authors' sigma-GPT, nanoGPT's)."""
+    return 'EMA' if use_ema and {'ema', 'ema_model'} & checkpoint.keys() else 'raw'
+
+
+def load_weights_only(path, device='cpu'):
+    """torch.load(weights_only=True), without torch's warning about the pickle protocol of a file
+    that is not a checkpoint (the caller's one-line error says that)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='Detected pickle protocol')
+        return torch.load(path, map_location=device, weights_only=True)
+
+
 def load_checkpoint(path, device='cpu', use_ema=True):
     """A GPT (eval mode) and the checkpoint dict, from one of our checkpoints or the authors' ones.
 
-    A missing, truncated or foreign file stops with a one-line error.
+    The EMA weights by default, the raw ones with use_ema=False or when the checkpoint has no EMA
+    weights; weights_read(checkpoint, use_ema) says which. A missing, truncated or foreign file
+    stops with a one-line error.
     """
     try:
-        checkpoint = torch.load(path, map_location=device, weights_only=True)
+        checkpoint = load_weights_only(path, device)
     except FileNotFoundError:
         raise SystemExit(f'error: checkpoint {path} not found')
     except Exception as e:  # truncated, not a torch file, or pickled objects other than tensors
@@ -402,14 +419,12 @@ def load_checkpoint(path, device='cpu', use_ema=True):
                          f'torch.save ({type(e).__name__})')
     if not isinstance(checkpoint, dict) or not {'model', 'model_args'} <= checkpoint.keys():
         raise SystemExit(f"error: {path} is not an AO-GPT checkpoint (no 'model' and 'model_args' in it)")
-    if use_ema and not {'ema', 'ema_model'} & checkpoint.keys():
-        raise SystemExit(f'error: {path} holds no EMA weights, only raw ones: read those with --use_ema=False '
-                         f'(sample.py, eval_ppl.py) or load_checkpoint(..., use_ema=False)')
+    ema = weights_read(checkpoint, use_ema) == 'EMA'
     try:
         if 'ema' in checkpoint:  # ours
-            state = checkpoint['ema'] if use_ema else checkpoint['model']
-        else:  # the authors' format, whose model_args do not say which model it is
-            state = reference_state_dict(checkpoint, use_ema)
+            state = checkpoint['ema'] if ema else checkpoint['model']
+        else:  # the authors' format (whose model_args do not say which model it is), or nanoGPT's
+            state = reference_state_dict(checkpoint, ema)
         model = GPT(GPTConfig(**{'target_injection': injection_of(state), **checkpoint['model_args']}))
         model.load_state_dict(state)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:

@@ -24,16 +24,16 @@ import torch
 from tqdm import tqdm
 
 from common import (autocast, check_device, checkpoint_path, default_device, default_dtype, load_tokenizer,
-                    token_count)
+                    read_checkpoint, token_count)
 from configurator import check_settings, fail, one_of, optional_int
-from model import KVCache, decode_step, load_checkpoint
+from model import KVCache, decode_step
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
 out_dir = 'out-shakespeare-char'
-use_ema = True  # the EMA weights, as evaluated during training
+use_ema = True  # the EMA weights, as evaluated during training (the raw ones if there are none)
 start = ''  # a prefix, or FILE:path to read it from
-infill = ''  # a template such as "The [MASK] sat on the [MASK:5]."; replaces start
+infill = ''  # a template such as "The [MASK] sat on the [MASK:5]."; not with start
 mask_token = '[MASK]'
 max_new_tokens = None  # tokens after start; None fills the block
 num_samples = 3
@@ -177,13 +177,15 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
 def parse_infill(template, marker, encode):
     """Token ids and a known-mask for an infill template: marker is one masked token, and with a
     count before its last character (e.g. [MASK:5]) that many."""
-    pattern = re.escape(marker[:-1]) + r'(?::(\d+))?' + re.escape(marker[-1])
+    pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
     ids, known, at = [], [], 0
     for match in re.finditer(pattern, template):
         text = encode(template[at:match.start()])
-        count = int(match.group(1) or 1)
-        if count < 1:
-            fail(f'a masked span needs at least one token: {match.group(0)}')
+        count = match.group(1)
+        if count is not None and not (count.isdecimal() and int(count) >= 1):
+            fail(f'{match.group(0)} in the infill template: a masked span needs a whole number of tokens, at least '
+                 f'one (as in {marker[:-1]}:5{marker[-1]})')
+        count = int(count or 1)
         ids += text + [0] * count
         known += [True] * len(text) + [False] * count
         at = match.end()
@@ -204,8 +206,11 @@ TOP_P_RULE = (lambda v: 0 < v <= 1, 'in (0, 1]')
 
 
 def check_sampling(settings):
-    """The checks of SAMPLING_RULES, plus the device: MPS has no float64."""
+    """The checks of SAMPLING_RULES, plus the device (MPS has no float64) and the prompt."""
     check_settings(settings, SAMPLING_RULES)
+    if settings['start'] and settings['infill']:
+        fail('--start and --infill both give the prompt: put the start at the beginning of the infill template '
+             '(--infill="ROMEO: [MASK:20]")')
     check_device(settings['device'], settings['dtype'])
     if torch.device(settings['device']).type == 'mps' and settings['sample_dtype'] == 'float64':
         fail('MPS has no float64: use --sample_dtype=float32 there')
@@ -250,7 +255,7 @@ def check_steps(steps, n):
 
 def main():
     check_inputs()
-    model, checkpoint = load_checkpoint(checkpoint_path(init_from, out_dir), device, use_ema)
+    model, checkpoint = read_checkpoint(checkpoint_path(init_from, out_dir), device, use_ema)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
     ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token)

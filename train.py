@@ -17,17 +17,20 @@ A scratch run refuses an out_dir that already holds a ckpt.pt unless --overwrite
 import json
 import math
 import os
-import pickle
+import tempfile
 import time
+from collections import Counter
+from dataclasses import fields
 
 import numpy as np
 import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (autocast, char_vocabulary, check_device, check_vocab, checkpoint_path, checkpoint_vocab,
-                    default_device, default_dtype)
-from model import GPT, GPTConfig, ORDER_MODES, TARGET_INJECTIONS, load_checkpoint, make_ema, make_fixed_order, sample_orders
+from common import (autocast, check_device, check_vocab, checkpoint_path, checkpoint_tokens, dataset_vocab,
+                    default_device, default_dtype, read_checkpoint)
+from model import (GPT, GPTConfig, ORDER_MODES, TARGET_INJECTIONS, load_weights_only, make_ema, make_fixed_order,
+                   sample_orders)
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -84,7 +87,7 @@ peak_flops = 989e12  # per device, for MFU: H100 bf16 dense
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 from configurator import above, at_least, between, check_settings, configure, fail, one_of  # noqa: E402
-configure(globals(), config_keys, doc=__doc__)
+overridden = configure(globals(), config_keys, doc=__doc__)  # what a config file or flag set
 config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
 # every setting is checked before any work (and, under torchrun, before the processes meet)
@@ -116,7 +119,7 @@ def read_order_file(path):
         fail(f'--order_file must be a .pt, .npy or .txt file, got {path}')
     try:
         if path.endswith('.pt'):
-            values = torch.load(path, weights_only=True)
+            values = load_weights_only(path)
         elif path.endswith('.npy'):
             values = np.load(path, allow_pickle=False)
         else:
@@ -130,10 +133,26 @@ def read_order_file(path):
         fail(f'--order_file={path} must hold one list of integers, got a {explicit.dtype} tensor of shape '
              f'{tuple(explicit.shape)}')
     explicit = explicit.long()
-    if not torch.equal(explicit.sort().values, torch.arange(block_size)):
+    problem = permutation_problem(explicit.tolist(), block_size)
+    if problem:
         fail(f'--order_file={path} must hold a permutation of 0..{block_size - 1} (every position of block_size '
-             f'{block_size} once), got {len(explicit)} values')
+             f'{block_size} once): {problem}')
     return explicit
+
+
+def permutation_problem(values, n):
+    """What keeps values from being a permutation of 0..n-1, in words; '' if nothing."""
+    if len(values) != n:
+        return f'got {len(values)} values'
+    outside = [v for v in values if not 0 <= v < n]
+    if outside:
+        return f'{outside[0]} is not a position'
+    counts = Counter(values)
+    repeated = next((v for v in values if counts[v] > 1), None)
+    if repeated is None:
+        return ''
+    missing = next(v for v in range(n) if v not in counts)
+    return f'position {repeated} appears {counts[repeated]} times and position {missing} is missing'
 
 
 explicit_order = read_order_file(order_file) if order_file else None
@@ -147,6 +166,9 @@ if init_from != 'scratch':
     init_path = checkpoint_path(init_from, out_dir)
 
 # data: uint16 token memmaps; a sequence is block_size tokens read in a sampled order
+if not dataset:
+    found = sorted(d.name for d in os.scandir('data') if d.is_dir()) if os.path.isdir('data') else []
+    fail(f"--dataset is empty: name a folder of data/ ({', '.join(found) or 'there is none here'})")
 data_dir = os.path.join('data', dataset)
 for split in ('train', 'val'):
     path = os.path.join(data_dir, f'{split}.bin')
@@ -154,12 +176,23 @@ for split in ('train', 'val'):
         fail(f'{path} not found: run python data/{dataset}/prepare.py first')
     if os.path.getsize(path) // 2 <= block_size:
         fail(f'{path} holds fewer than block_size={block_size} tokens: use a smaller --block_size')
-meta_path = os.path.join(data_dir, 'meta.pkl')
-vocab_size, data_vocab = 50304, 'gpt2'  # GPT-2 BPE unless the dataset has its own vocabulary
-if os.path.exists(meta_path):
-    with open(meta_path, 'rb') as f:
-        meta = pickle.load(f)
-    vocab_size, data_vocab = meta['vocab_size'], char_vocabulary(meta)
+data_vocab, data_size = dataset_vocab(data_dir)
+vocab_size = GPTConfig.vocab_size if data_vocab == 'gpt2' else data_size  # GPT-2's table is padded
+
+
+def check_out_dir():
+    """Make out_dir and write a file in it, so that a folder that cannot hold the checkpoint fails now."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        fail(f'--out_dir={out_dir} cannot be created or written ({e.strerror or type(e).__name__}): '
+             f'pick a folder you can write to')
+
+
+if not eval_only:
+    check_out_dir()
 
 # distributed setup: torchrun sets RANK; one process per device
 ddp = int(os.environ.get('RANK', -1)) != -1 and int(os.environ.get('WORLD_SIZE', 1)) > 1
@@ -206,11 +239,25 @@ def seed_iteration(iteration):
 
 # -----------------------------------------------------------------------------
 # model, optimizer, EMA
+
+def check_resumed_settings(config):
+    """Fail if a model setting given in a config file or flag differs from the resumed checkpoint's:
+    the checkpoint's architecture is the one that goes on."""
+    given = {f.name: overridden[f.name] for f in fields(GPTConfig) if f.name in overridden}
+    differ = [k for k, v in given.items() if v != getattr(config, k)]
+    if differ:
+        flags = ', '.join(f'--{k}={given[k]}' for k in differ)
+        saved = ', '.join(f'{k}={getattr(config, k)}' for k in differ)
+        verb, pronoun = ('differs', 'it') if len(differ) == 1 else ('differ', 'them')
+        fail(f"{flags} {verb} from the checkpoint's {saved}; drop {pronoun} to resume, or start a new out_dir")
+
+
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_injection=target_injection)
 iter_num = 0
 resumed_at = None
 checkpoint = None
+vocab_note = ''
 fixed_order = explicit_order if explicit_order is not None else \
     make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
 torch.manual_seed(seed)  # the same initial weights on every process and every run
@@ -220,21 +267,23 @@ if init_from == 'scratch':
     except ValueError as e:
         fail(e)
 elif init_from == 'resume':
-    model, checkpoint = load_checkpoint(init_path, use_ema=False)
+    model, checkpoint = read_checkpoint(init_path, use_ema=False)
     if not {'ema', 'optimizer', 'iter_num'} <= checkpoint.keys():
         fail(f'{init_path} was not written by train.py, so it cannot be resumed: start a new run from its '
              f'weights with --init_from=<its path> and another --out_dir')
-    check_vocab(checkpoint_vocab(checkpoint, model.config.vocab_size), data_vocab, dataset)
+    check_resumed_settings(model.config)
+    vocab_note = check_vocab(checkpoint_tokens(checkpoint, model.config.vocab_size), (data_vocab, data_size), dataset)
     model.train()
-    model_args = checkpoint['model_args']  # the architecture is the checkpoint's, whatever the flags say
+    model_args = checkpoint['model_args']  # the architecture is the checkpoint's (no flag says otherwise)
     iter_num = checkpoint['iter_num']
     resumed_at = iter_num  # already evaluated and saved there
     fixed_order = checkpoint['fixed_order']
     if explicit_order is not None and not torch.equal(explicit_order, fixed_order):
         fail(f'--order_file={order_file} is not the order {init_path} was trained with: resume without it')
 else:
-    pretrained, pretrained_checkpoint = load_checkpoint(init_path)  # its EMA weights and architecture
-    check_vocab(checkpoint_vocab(pretrained_checkpoint, pretrained.config.vocab_size), data_vocab, dataset)
+    pretrained, pretrained_checkpoint = read_checkpoint(init_path)  # its EMA weights and architecture
+    vocab_note = check_vocab(checkpoint_tokens(pretrained_checkpoint, pretrained.config.vocab_size),
+                             (data_vocab, data_size), dataset)
     model_args = {k: getattr(pretrained.config, k) for k in model_args} | {'dropout': dropout}
     model = GPT(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
@@ -243,6 +292,8 @@ if block_size > model.config.block_size or (init_from == 'resume' and block_size
 if model.config.vocab_size < vocab_size:
     fail(f'the model has {model.config.vocab_size} tokens but {dataset} needs {vocab_size}')
 model.to(device)
+if master_process and vocab_note:
+    print(vocab_note)
 if master_process:
     print(f'number of parameters: {model.get_num_params() / 1e6:.2f}M')
 
@@ -322,13 +373,14 @@ def start_metrics():
 
 def stop_on_nonfinite(what, value):
     if not math.isfinite(value):
-        fail(f'{what} is {value} at iter {iter_num}; stopped without saving, the last good checkpoint in '
-             f'{out_dir} is untouched (try a lower learning_rate, or dtype=bfloat16 instead of float16)')
+        kept = f'{ckpt_path}, the last good checkpoint, is untouched' if os.path.exists(ckpt_path) else \
+            'no checkpoint was written'
+        fail(f'{what} is {value} at iter {iter_num}; stopped without saving, {kept} (try a lower learning_rate, '
+             f'or dtype=bfloat16 instead of float16)')
 
 
 metrics_path = os.path.join(out_dir, 'metrics.jsonl')
 if master_process and not eval_only:
-    os.makedirs(out_dir, exist_ok=True)
     start_metrics()
 if wandb_log and master_process and not eval_only:
     import wandb

@@ -180,6 +180,24 @@ def test_missing_config_file():
     assert error_of('config/nope.py') == "error: config file 'config/nope.py' not found"
 
 
+def test_directory_given_as_config_file(tmp_path):
+    assert error_of(str(tmp_path)) == f"error: config file '{tmp_path}' is a directory: name a python file in it"
+
+
+@pytest.mark.parametrize('value', ['1000.0', '1e3', '1_000'])
+def test_a_whole_float_is_an_int_in_a_file_and_a_flag_alike(tmp_path, value):
+    from_file, _ = run(write(tmp_path, 'cfg.py', f'max_iters = {value}\n'))
+    from_flag, _ = run(f'--max_iters={value}')
+    assert from_file['max_iters'] == from_flag['max_iters'] == 1000
+    assert type(from_file['max_iters']) is type(from_flag['max_iters']) is int
+
+
+def test_a_fractional_float_is_refused_in_a_file_and_a_flag_alike(tmp_path):
+    path = write(tmp_path, 'cfg.py', 'max_iters = 1000.5\n')
+    assert error_of(path) == f'error: max_iters in {path} expects an int, got 1000.5'
+    assert error_of('--max_iters=1000.5') == "error: --max_iters expects an int, got '1000.5'"
+
+
 def test_return_value_holds_only_changed_keys(capsys):
     _, changed = run('--compile=False', '--learning_rate', '3e-4', '--compile=no')
     assert changed == {'compile': False, 'learning_rate': 3e-4}

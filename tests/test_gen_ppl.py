@@ -44,8 +44,8 @@ def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2, monkeypatch):
     rows = torch.randint(50257, (7, 20), generator=torch.Generator().manual_seed(0)).tolist()
     known = [[0, 1, 2], [], [], [5, 19], [], [], []]  # a prompt, and given tokens inside (not scored)
     records = records_of(rows, known)
-    nll, vocab, n_ids, context = gen_ppl.load_scorer(tiny_gpt2)
-    assert (vocab, n_ids, context) == ('gpt2', 50257, 1024)
+    nll, tokens, context, weights = gen_ppl.load_scorer(tiny_gpt2)
+    assert (tokens, context, weights) == (('gpt2', 50257), 1024, None)
     scored = gen_ppl.score(records, nll)
 
     hf = GPT2LMHeadModel.from_pretrained(tiny_gpt2).eval()
@@ -69,8 +69,8 @@ def test_checkpoint_scorer_reads_left_to_right(tmp_path, monkeypatch):
     torch.save(dict(model=state, ema=state, model_args=vars(model.config), vocab='abcdefghijk'), path)
     rows = torch.randint(11, (5, 16), generator=torch.Generator().manual_seed(1)).tolist()
     records = records_of(rows)
-    nll, vocab, n_ids, context = gen_ppl.load_scorer(str(path))
-    assert (vocab, n_ids, context) == ('abcdefghijk', 11, 16)
+    nll, tokens, context, weights = gen_ppl.load_scorer(str(path))
+    assert (tokens, context, weights) == (('abcdefghijk', 11), 16, 'EMA')
     scored = gen_ppl.score(records, nll)
     nlls = []
     with torch.no_grad():  # token p from a plain forward over the tokens before it, and nothing else
@@ -123,6 +123,30 @@ def test_temperature_lowers_gen_ppl_and_entropy_and_samples_round_trip(workdir, 
     assert [r['seconds_per_sample'] for r in results] == [s['seconds_per_sample'] for s in again]
 
 
+def test_the_scorers_weights_are_named(workdir, char_ckpt, capsys):
+    # the raw weights of a checkpoint that has only those, whatever --use_ema (the sampler's) says
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    torch.save({k: v for k, v in checkpoint.items() if k != 'ema'}, workdir / 'raw-only.pt')
+    for scorer, weights in [(f'{char_ckpt}/ckpt.pt', 'EMA'), ('raw-only.pt', 'raw')]:
+        run_gen_ppl(workdir, f'--out_dir={char_ckpt}', f'--scorer={scorer}', '--use_ema=False', '--num_samples=2',
+                    '--batch_size=2', '--steps=4', '--samples_out=weights.jsonl', '--out_json=gen.json')
+        assert f'scorer: {scorer} ({weights} weights)' in capsys.readouterr().out
+        assert json.loads((workdir / 'gen.json').read_text())['scorer_weights'] == weights
+    run_gen_ppl(workdir, '--samples=weights.jsonl', '--scorer=raw-only.pt', '--out_json=gen.json')
+    assert 'note: raw-only.pt holds no EMA weights: reading its raw weights' in capsys.readouterr().out
+
+
+def test_a_scorer_that_stores_no_vocabulary_scores_ids_of_its_size(workdir, char_ckpt, capsys):
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    torch.save({k: v for k, v in checkpoint.items() if k != 'vocab'}, workdir / 'no-vocab.pt')  # 65 ids, as nanoGPT's
+    expected = run_gen_ppl(workdir, f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--num_samples=3',
+                           '--batch_size=3', '--steps=4', '--samples_out=ids.jsonl', '--out_json=gen.json')
+    capsys.readouterr()
+    assert run_gen_ppl(workdir, '--samples=ids.jsonl', '--scorer=no-vocab.pt', '--out_json=gen.json') == expected
+    assert 'note: the scorer no-vocab.pt gives only a vocabulary size (65), so the tokens cannot be checked' in \
+        capsys.readouterr().out
+
+
 def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny_gpt2):
     results = run_gen_ppl(workdir, f'--out_dir={bpe_ckpt}', f'--scorer={tiny_gpt2}', '--num_samples=5',
                           '--batch_size=5', '--score_batch_size=2', '--steps=4', '--start=The', '--max_new_tokens=8',
@@ -137,6 +161,8 @@ def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny
 def sample_files(workdir):
     (workdir / 'empty.jsonl').write_text('\n')
     (workdir / 'other.jsonl').write_text('{"text": "hello"}\n')
+    model = tiny_model(vocab_size=96, block_size=32)  # no characters stored, and 96 ids
+    torch.save(dict(model=model.state_dict(), model_args=vars(model.config)), workdir / 'sized.pt')
     return workdir
 
 
@@ -153,6 +179,9 @@ def sample_files(workdir):
     (['--temperature=1.0,0.7', '--top_p=0.9', '--pair_settings'], '--pair_settings pairs the 2 temperatures'),
     (['--top_p_mode=top'], "--top_p_mode must be one of nucleus, authors, got 'top'"),
     (['--sample_dtype=float16'], "--sample_dtype must be one of float64, float32, got 'float16'"),
+    (['--start=ROMEO:', '--infill=JULIET: [MASK:5]'], '--start and --infill both give the prompt'),
+    (['--scorer=sized.pt'], 'the samples are the ids of a 65-character vocabulary but the scorer sized.pt reads the '
+                            'ids of a 96-token vocabulary'),
 ])
 def test_bad_input_is_one_line(sample_files, char_ckpt, tiny_gpt2, args, message):
     args = [a.format(gpt2=tiny_gpt2) for a in args]

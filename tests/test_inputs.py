@@ -1,12 +1,22 @@
 """What every script accepts: init_from (Hub names included) and, for each bad input, one line up front."""
+import contextlib
+import io
+import json
+import math
 import os
+import pickle
+import runpy
 import shutil
+import sys
 
 import numpy as np
 import pytest
+import torch
 
 import conftest
 from conftest import one_line_error, run_script, shared_path
+from model import GPT, GPTConfig
+from test_sample import one_thread, samples  # noqa: F401 (autouse: tiny models run on one thread)
 
 AUTHORS = shared_path('fixtures', 'reference_parity_small.pt')  # the authors' format, 96 tokens, no vocab stored
 
@@ -105,7 +115,22 @@ TRAIN = [
     (['--init_from=resume', '--out_dir=out-bpe'], 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char'),
     (['--init_from=out-char/ckpt.pt', '--dataset=webtext', '--out_dir=out-new'],
      'the checkpoint reads the ids of a 65-character vocabulary but webtext holds GPT-2 BPE tokens'),
-    (['--init_from=resume', '--out_dir=out-char', '--block_size=16'], 'does not fit the checkpoint'),
+    (['--init_from=resume', '--out_dir=out-char', '--block_size=16'],
+     "--block_size=16 differs from the checkpoint's block_size=32; drop it to resume, or start a new out_dir"),
+    (['--init_from=resume', '--out_dir=out-char', '--n_layer=8', '--max_iters=0'],
+     "--n_layer=8 differs from the checkpoint's n_layer=2; drop it to resume, or start a new out_dir"),
+    (['--init_from=resume', '--out_dir=out-char', '--dropout=0.1', '--target_injection=add', '--max_iters=0'],
+     "--dropout=0.1, --target_injection=add differ from the checkpoint's dropout=0.0, target_injection=adaln; "
+     "drop them to resume"),
+    (['--init_from=resume', '--out_dir=out-char', '--dataset=sized96', '--max_iters=0'],
+     'the checkpoint reads the ids of a 65-character vocabulary but sized96 holds the ids of a 96-token vocabulary'),
+    ([f'--init_from={AUTHORS}', '--out_dir=out-new', '--max_iters=0'],
+     'the checkpoint reads the ids of a 96-token vocabulary but shakespeare_char holds the ids of a 65-character'),
+    (['--out_dir=bad/notes.pt/run', '--max_iters=0'],
+     '--out_dir=bad/notes.pt/run cannot be created or written (Not a directory): pick a folder you can write to'),
+    (['--out_dir=bad/notes.pt', '--max_iters=0'], '--out_dir=bad/notes.pt cannot be created or written (File exists)'),
+    (['bad'], "config file 'bad' is a directory: name a python file in it"),
+    (['--init_from=data/shakespeare_char/meta.pkl'], 'data/shakespeare_char/meta.pkl is not a readable checkpoint'),
     (['bad/syntax.py'], 'config file bad/syntax.py, line 2: invalid syntax'),
     (['bad/raises.py'], 'config file bad/raises.py failed: ZeroDivisionError: division by zero'),
     (['bad/listed.py'], 'batch_size in bad/listed.py must be a plain value'),
@@ -114,7 +139,7 @@ TRAIN = [
 
 
 @pytest.mark.parametrize('args,message', TRAIN)
-def test_train_bad_input(workdir, char_ckpt, bpe_ckpt, files, args, message):
+def test_train_bad_input(workdir, char_ckpt, bpe_ckpt, files, sized_data, args, message):
     assert message in one_line_error('train.py', *conftest.TINY, '--dataset=shakespeare_char', *args, cwd=workdir)
 
 
@@ -144,7 +169,12 @@ SAMPLE = [
     (['--start=FILE:bad/latin1.txt'], 'cannot read the prompt file bad/latin1.txt as UTF-8 text'),
     (['--start=' + 'x' * 40], 'the prompt is 40 tokens long and leaves no room in block_size 32'),
     (['--infill=no marker'], 'the infill template has no [MASK] marker'),
-    (['--infill=a[MASK:0]'], 'a masked span needs at least one token'),
+    (['--infill=a[MASK:0]'], '[MASK:0] in the infill template: a masked span needs a whole number of tokens, at least '
+                             'one (as in [MASK:5])'),
+    (['--infill=ROMEO: [MASK:-3] x'], '[MASK:-3] in the infill template: a masked span needs a whole number'),
+    (['--infill=a[MASK:2.5]'], '[MASK:2.5] in the infill template'),
+    (['--infill=a[MASK:]'], '[MASK:] in the infill template'),
+    (['--start=ROMEO:', '--infill=JULIET: [MASK:5]'], '--start and --infill both give the prompt'),
     (['--infill=a[MASK:40]'], 'the infill template is 41 tokens long'),
 ]
 
@@ -182,14 +212,21 @@ EVAL = [
     (['--out_dir=out-bpe'], 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char holds the ids of a '
                             '65-character vocabulary'),
     ([f'--init_from={AUTHORS}', '--data_file=bad/big_ids.bin'],
-     'bad/big_ids.bin holds token id 4999 but the checkpoint has only 96 tokens'),
+     'the checkpoint reads the ids of a 96-token vocabulary but bad/big_ids.bin holds GPT-2 BPE tokens'),
+    ([f'--init_from={AUTHORS}', '--data_file=bad/sized96/big_ids.bin'],
+     'bad/sized96/big_ids.bin holds token id 4999 but the checkpoint has only 96 tokens'),
+    ([f'--init_from={AUTHORS}', '--max_chunks=2'],  # no characters stored, and 96 ids against 65
+     'the checkpoint reads the ids of a 96-token vocabulary but shakespeare_char holds the ids of a 65-character '
+     'vocabulary'),
+    (['--data_file=data/sized96/val.bin'], 'the checkpoint reads the ids of a 65-character vocabulary but '
+                                           'data/sized96/val.bin holds the ids of a 96-token vocabulary'),
     (['--dataset=ptb', '--data_dir=nowhere'], 'nowhere/ptb/ptb.test.txt not found'),
     (['--dataset=ptb', '--out_dir=out-bpe'], 'could not fetch ptb'),  # HF_DATASETS_OFFLINE=1: no network
 ]
 
 
 @pytest.mark.parametrize('args,message', EVAL)
-def test_eval_ppl_bad_input(workdir, char_ckpt, bpe_ckpt, files, args, message):
+def test_eval_ppl_bad_input(workdir, char_ckpt, bpe_ckpt, files, sized_data, args, message):
     assert message in one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir)
 
 
@@ -217,3 +254,126 @@ def test_no_gpt2_bpe_offline_is_one_line(workdir, bpe_ckpt, tmp_path, monkeypatc
     out = run_script('sample.py', f'--out_dir={bpe_ckpt}', '--device=cpu', cwd=workdir, check=False)
     assert out.returncode == 1 and out.stderr.startswith('error: could not load the GPT-2 BPE')
     assert out.stderr.count('\n') == 1
+
+
+# -----------------------------------------------------------------------------
+# inputs that say less than ours (a tokenizer known by its size, no EMA weights): the scripts go on
+
+SIGMA = shared_path('fixtures', 'sigma_gpt_parity.pt')  # the authors' sigma-GPT format: raw weights only, 96 tokens
+
+
+@pytest.fixture(scope='module')
+def sized_data(workdir):
+    """Datasets whose meta.pkl gives only vocab_size (a tokenizer of the user's own), holding the
+    shakespeare_char ids: data/sized65 (as many ids as its characters) and data/sized96; and
+    bad/sized96/big_ids.bin, ids past its 96."""
+    for name, size in [('sized65', 65), ('sized96', 96)]:
+        folder = workdir / 'data' / name
+        folder.mkdir(exist_ok=True)
+        for split in ('train', 'val'):
+            shutil.copy(workdir / 'data' / 'shakespeare_char' / f'{split}.bin', folder)
+        (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': size}))
+    folder = workdir / 'bad' / 'sized96'
+    folder.mkdir(parents=True, exist_ok=True)
+    np.arange(5000, dtype=np.uint16).tofile(folder / 'big_ids.bin')
+    (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': 96}))
+
+
+def stripped(workdir, char_ckpt, name, *keys):
+    """The char checkpoint without some of its entries, saved as name in workdir."""
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    torch.save({k: v for k, v in checkpoint.items() if k not in keys}, workdir / name)
+    return name
+
+
+def output_of(script, *args, cwd):
+    """Run a script to the end in this process (fast: torch is already imported); return its stdout."""
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.chdir(cwd)
+        patch.setattr(sys, 'argv', [script, *args])
+        runpy.run_path(os.path.join(conftest.ROOT, script), run_name='__main__')
+    return out.getvalue()
+
+
+def ppl_of(workdir, *args):
+    """(the perplexities eval_ppl.py reports for 3 chunks of one set, its stdout)."""
+    out = output_of('eval_ppl.py', '--device=cpu', '--max_chunks=3', '--out_json=ppl.json', *args, cwd=workdir)
+    return next(iter(json.loads((workdir / 'ppl.json').read_text())['results'].values()))['ppl'], out
+
+
+@pytest.fixture(scope='module')
+def char_ppl(workdir, char_ckpt):
+    return ppl_of(workdir, f'--out_dir={char_ckpt}', '--dataset=shakespeare_char')[0]
+
+
+def test_meta_with_only_vocab_size_is_scored_by_its_ids(workdir, char_ckpt, sized_data, char_ppl):
+    # the same ids as shakespeare_char, without their characters: the same numbers
+    ppl, out = ppl_of(workdir, f'--out_dir={char_ckpt}', '--data_file=data/sized65/val.bin')
+    assert ppl == char_ppl
+    assert 'note: data/sized65/val.bin gives only a vocabulary size (65), so the tokens cannot be checked' in out
+
+
+def test_checkpoint_without_vocabulary_is_scored_with_a_note(workdir, char_ckpt, char_ppl):
+    path = stripped(workdir, char_ckpt, 'no-vocab.pt', 'vocab')  # as nanoGPT saves one: 65 ids, no characters
+    ppl, out = ppl_of(workdir, f'--init_from={path}')
+    assert ppl == char_ppl
+    assert 'note: the checkpoint gives only a vocabulary size (65), so the tokens cannot be checked' in out
+
+
+def test_train_on_meta_with_only_vocab_size(workdir, sized_data):
+    output_of('train.py', *conftest.TINY, '--dataset=sized65', '--out_dir=out-sized', '--max_iters=2',
+              '--eval_interval=2', cwd=workdir)
+    checkpoint = torch.load(workdir / 'out-sized' / 'ckpt.pt', weights_only=True)
+    assert checkpoint['vocab'] is None and checkpoint['model_args']['vocab_size'] == 65
+
+
+def test_train_from_a_checkpoint_without_ema_weights(workdir, sized_data):
+    # at iteration 0 the warm-up learning rate is 0, so after one step the weights are still those read
+    out = output_of('train.py', *conftest.TINY, '--dataset=sized96', f'--init_from={SIGMA}',
+                    '--out_dir=out-sigma-raw', '--max_iters=1', '--eval_interval=1', cwd=workdir)
+    assert f'note: {SIGMA} holds no EMA weights: reading its raw weights' in out
+    assert 'note: the checkpoint and sized96 give only a vocabulary size (96)' in out
+    saved = torch.load(workdir / 'out-sigma-raw' / 'ckpt.pt', weights_only=True)
+    assert saved['model_args']['target_injection'] == 'add'
+    raw = torch.load(SIGMA, weights_only=True)['model']
+    assert saved['model'].keys() == raw.keys()
+    assert all(torch.equal(saved['model'][k], v) for k, v in raw.items())
+
+
+def test_eval_of_a_checkpoint_without_ema_weights(workdir, sized_data):
+    out = output_of('eval_ppl.py', f'--init_from={SIGMA}', '--data_file=data/sized96/val.bin',
+                    '--max_chunks=2', '--out_json=sigma.json', '--device=cpu', cwd=workdir)
+    assert f'note: {SIGMA} holds no EMA weights: reading its raw weights' in out
+    # independently: the raw weights' own left-to-right loss on the first two 32-token pieces of val.bin
+    fixture = torch.load(SIGMA, weights_only=True)
+    model = GPT(GPTConfig(**fixture['model_args'], target_injection='add')).eval()
+    model.load_state_dict(fixture['model'])
+    x = torch.from_numpy(np.fromfile(workdir / 'data' / 'sized96' / 'val.bin', dtype=np.uint16)[:64].astype(np.int64))
+    with torch.no_grad():
+        _, loss = model(x.view(2, 32), torch.arange(32).expand(2, 32))
+    result = json.loads((workdir / 'sigma.json').read_text())['results']['data/sized96/val.bin']
+    assert result['ppl']['l2r'] == pytest.approx(math.exp(loss.item()), rel=1e-5)
+
+
+def test_sample_from_a_checkpoint_without_ema_weights(workdir, char_ckpt):
+    path = stripped(workdir, char_ckpt, 'no-ema.pt', 'ema', 'ema_updates', 'optimizer', 'scaler')  # nanoGPT's kind
+    args = ['--device=cpu', '--num_samples=2', '--steps=8']
+    out = output_of('sample.py', f'--init_from={path}', *args, cwd=workdir)
+    raw = output_of('sample.py', f'--out_dir={char_ckpt}', '--use_ema=False', *args, cwd=workdir)
+    ema = output_of('sample.py', f'--out_dir={char_ckpt}', *args, cwd=workdir)
+    assert f'note: {path} holds no EMA weights: reading its raw weights' in out
+    assert samples(out) == samples(raw) != samples(ema)
+
+
+@pytest.mark.parametrize('path', ['bad/truncated.pt', 'data/shakespeare_char/meta.pkl'])
+def test_unreadable_checkpoint_is_one_line_on_stderr(workdir, files, path):
+    # a pickle that is not a checkpoint made torch warn about its protocol, in two more lines
+    out = run_script('sample.py', f'--init_from={path}', '--device=cpu', cwd=workdir, check=False)
+    assert out.returncode == 1 and out.stderr.startswith(f'error: {path} is not a readable checkpoint')
+    assert out.stderr.count('\n') == 1, out.stderr
+
+
+def test_empty_dataset_names_the_folders(workdir):
+    message = one_line_error('train.py', *conftest.TINY, '--dataset=', cwd=workdir)
+    assert message.startswith('error: --dataset is empty: name a folder of data/ (') and 'shakespeare_char' in message

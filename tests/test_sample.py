@@ -1,5 +1,6 @@
 """sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
 import math
+import re
 
 import pytest
 import torch
@@ -207,8 +208,12 @@ def test_parse_infill():
     assert ids == [0, 0, 120] and known == [False, False, True]
     with pytest.raises(SystemExit, match='no \\[MASK\\] marker'):
         parse_infill('no markers here', '[MASK]', encode)
-    with pytest.raises(SystemExit, match='at least one token'):
-        parse_infill('a[MASK:0]', '[MASK]', encode)
+    for bad in ('[MASK:0]', '[MASK:-3]', '[MASK:2.5]', '[MASK:x]', '[MASK:]'):  # the bad count is named
+        with pytest.raises(SystemExit, match=re.escape(f'error: {bad} in the infill template: a masked span needs a '
+                                                       f'whole number of tokens, at least one (as in [MASK:5])')):
+            parse_infill(f'a {bad} b', '[MASK]', encode)
+    with pytest.raises(SystemExit, match=re.escape('<m:-1> in the infill template')):
+        parse_infill('<m:-1>x', '<m>', encode)
 
 
 @pytest.mark.parametrize('start,infill,max_new_tokens,message', [
@@ -230,8 +235,8 @@ def checkpoint(workdir, char_ckpt):
 
 
 def samples(stdout):
-    """The printed samples: what follows the override lines, each ended by a line of dashes."""
-    text = ''.join(line for line in stdout.splitlines(keepends=True) if not line.startswith('override: '))
+    """The printed samples: what follows the override lines and notes, each ended by a line of dashes."""
+    text = ''.join(line for line in stdout.splitlines(keepends=True) if not line.startswith(('override: ', 'note: ')))
     return text.split('\n---------------\n')[:-1]
 
 

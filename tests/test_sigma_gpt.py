@@ -7,7 +7,7 @@ import torch
 
 import conftest
 from conftest import ROOT, run_script, shared_path
-from model import GPT, GPTConfig, load_checkpoint, make_ema
+from model import GPT, GPTConfig, load_checkpoint, make_ema, weights_read
 from test_sample import samples
 
 
@@ -55,9 +55,10 @@ def test_authors_ema_of_a_tied_model(fixture, tmp_path):
     torch.save(dict(ckpt, ema_model=dict(shadow_params=shadow + [shadow[0]])), tmp_path / 'long.pt')
     with pytest.raises(SystemExit, match='EMA holds 31 tensors but the model has 30 parameters'):
         load_checkpoint(tmp_path / 'long.pt')
-    torch.save(fixture, tmp_path / 'raw.pt')  # no EMA at all: say so rather than guess
-    with pytest.raises(SystemExit, match='holds no EMA weights, only raw ones: read those with --use_ema=False'):
-        load_checkpoint(tmp_path / 'raw.pt')
+    torch.save(fixture, tmp_path / 'raw.pt')  # no EMA at all, as their released sigma-GPT: the raw weights
+    model, checkpoint = load_checkpoint(tmp_path / 'raw.pt')
+    assert weights_read(checkpoint) == 'raw' and weights_read(ckpt) == 'EMA' and weights_read(ckpt, False) == 'raw'
+    torch.testing.assert_close(logits_and_loss(model, fixture)[0], fixture['expected_logits'], atol=1e-4, rtol=0)
 
 
 def tiny_sigma_gpt(**kw):

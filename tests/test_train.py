@@ -10,6 +10,7 @@ import torch
 import conftest
 from configurator import read_config_file
 from conftest import ROOT, one_line_error, run_script, shared_path
+from test_inputs import sized_data  # noqa: F401 (a fixture: datasets whose meta.pkl gives only vocab_size)
 
 TINY = ['--dataset=shakespeare_char', *conftest.TINY]
 
@@ -82,7 +83,15 @@ def test_nonfinite_loss_stops_without_clobbering_the_checkpoint(workdir):
                 '--decay_lr=False', '--learning_rate=1e30', check=False)
     assert out.returncode == 1
     assert 'stopped without saving' in out.stderr and 'Traceback' not in out.stderr
+    assert 'out-nan/ckpt.pt, the last good checkpoint, is untouched' in out.stderr
     assert (workdir / 'out-nan' / 'ckpt.pt').read_bytes() == before
+
+
+def test_nonfinite_loss_before_any_checkpoint_says_there_is_none(workdir):
+    message = one_line_error('train.py', *TINY, '--out_dir=out-nan-first', '--decay_lr=False', '--learning_rate=1e30',
+                             cwd=workdir)
+    assert 'stopped without saving, no checkpoint was written' in message and 'untouched' not in message
+    assert not (workdir / 'out-nan-first' / 'ckpt.pt').exists()
 
 
 def test_torchrun_setting_errors_are_said_once(workdir):
@@ -113,9 +122,9 @@ def test_eval_only_scores_the_checkpoint_and_writes_nothing(workdir, char_ckpt):
     assert [f.read_bytes() for f in files] == before
 
 
-def test_init_from_authors_checkpoint(workdir):
+def test_init_from_authors_checkpoint(workdir, sized_data):  # 96 ids, as its vocabulary
     fixture = shared_path('fixtures', 'reference_parity_small.pt')
-    train(workdir, 'out-ref', f'--init_from={fixture}', '--max_iters=2', '--eval_interval=2')
+    train(workdir, 'out-ref', f'--init_from={fixture}', '--dataset=sized96', '--max_iters=2', '--eval_interval=2')
     ckpt = load(workdir, 'out-ref')
     assert ckpt['model_args']['n_embd'] == 64 and ckpt['model_args']['vocab_size'] == 96
 
@@ -148,6 +157,17 @@ def test_recipes_are_the_authors():
         c = recipe(f'train_order_{name}')
         assert c['order'] == order and tokens_per_iter(c) == 524_288
         assert c['max_iters'] == 20_000 and c['lr_decay_iters'] == 500_000
+
+
+def test_resume_with_the_config_file_it_was_trained_with(workdir, tmp_path):
+    # the file's model settings are the checkpoint's: they differ from the defaults, not from the checkpoint
+    config = tmp_path / 'tiny.py'
+    config.write_text('n_layer = 1\nn_embd = 16\ncond_dim = 8\ndropout = 0.1\nmax_iters = 2\n')
+    train(workdir, 'out-config', str(config), '--eval_interval=2')
+    train(workdir, 'out-config', str(config), '--eval_interval=2', '--max_iters=4', '--init_from=resume')
+    assert load(workdir, 'out-config')['iter_num'] == 4
+    assert "--n_layer=3 differs from the checkpoint's n_layer=1" in one_line_error(
+        'train.py', *TINY, '--out_dir=out-config', str(config), '--n_layer=3', '--init_from=resume', cwd=workdir)
 
 
 def test_learning_rate_is_the_authors_schedule(workdir):
@@ -193,8 +213,10 @@ def test_order_file_is_the_fixed_order(workdir, tmp_path, suffix):
 
 
 @pytest.mark.parametrize('name,content,message', [
-    ('dup.txt', ' '.join(['0'] * 32), 'a permutation of 0..31 (every position of block_size 32 once), got 32'),
-    ('short.txt', '0 1 2', 'must hold a permutation of 0..31 (every position of block_size 32 once), got 3 values'),
+    ('dup.txt', ' '.join(['0'] * 32), 'once): position 0 appears 32 times and position 1 is missing'),
+    ('twice.txt', ' '.join(map(str, [*range(31), 5])), 'once): position 5 appears 2 times and position 31 is missing'),
+    ('outside.txt', ' '.join(map(str, [*range(31), 40])), 'once): 40 is not a position'),
+    ('short.txt', '0 1 2', 'must hold a permutation of 0..31 (every position of block_size 32 once): got 3 values'),
     ('words.txt', '0 1 two', 'does not hold a list of integers (ValueError'),
     ('float.npy', np.arange(32.0), 'must hold one list of integers, got a torch.float64 tensor of shape (32,)'),
     ('square.pt', torch.arange(32).view(4, 8), 'one list of integers, got a torch.int64 tensor of shape (4, 8)'),
