@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import conftest
-from conftest import one_line_error, run_script, shared_path
+from conftest import one_line_error, run_script
 
-AUTHORS = shared_path('fixtures', 'reference_parity_small.pt')  # the authors' format, 96 tokens, no vocab stored
+AUTHORS = 'authors.pt'  # in workdir: the authors' format, 96 tokens, no vocab stored
 
 
 @pytest.fixture(scope='module')
@@ -184,7 +184,7 @@ EVAL = [
     ([f'--init_from={AUTHORS}', '--data_file=bad/big_ids.bin'],
      'bad/big_ids.bin holds token id 4999 but the checkpoint has only 96 tokens'),
     (['--dataset=ptb', '--data_dir=nowhere'], 'nowhere/ptb/ptb.test.txt not found'),
-    (['--dataset=ptb', '--out_dir=out-bpe'], 'could not fetch ptb'),  # HF_DATASETS_OFFLINE=1: no network
+    (['--dataset=ptb', '--data_dir=', '--out_dir=out-bpe'], 'could not fetch ptb'),  # HF_DATASETS_OFFLINE=1: no network
 ]
 
 
