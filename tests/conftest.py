@@ -33,25 +33,28 @@ os.environ.setdefault('WANDB_MODE', 'offline')
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'slow: the real shapes (block 1024, GPT-2 vocabulary); deselect with -m "not slow"')
+    config.addinivalue_line('markers', 'needs(*names): skip, with one line, unless these can be had (see needs())')
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers('needs'):  # before the fixtures: a skipped test trains nothing
+        needs(*mark.args)
 
 
 # -----------------------------------------------------------------------------
 # corpora and the GPT-2 BPE, had the way users have them: the mirror, else the download
 
-HOW = {  # what each needs to be had without a mirror
-    'gpt2_bpe': 'or a network for tiktoken to download it',
-    'lambada': 'or a network to download it',
-    'tinyshakespeare': "or a network for prepare.py's download",
-    'wikitext2': 'or a network and HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 for datasets to download it',
-    'ptb': 'or a network and HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 for datasets to download it',
-}
-NAMES = {'gpt2_bpe': 'the GPT-2 BPE', 'lambada': 'LAMBADA', 'tinyshakespeare': 'tiny Shakespeare',
-         'wikitext2': 'WikiText-2', 'ptb': 'PTB'}
+NAMES = {'gpt2_bpe': 'the GPT-2 BPE', 'tinyshakespeare': 'tiny Shakespeare', 'wikitext2': 'WikiText-2', 'ptb': 'PTB',
+         'lambada': 'LAMBADA'}
+HUB = ('wikitext2', 'ptb')  # from datasets' Hub, which the tests keep offline unless told
 _found = {}  # name -> 'mirror', 'download' or None: each is looked for once a session
 
 
-def skip_without(name):
-    pytest.skip(f'needs {NAMES[name]}: set AOGPT_DATA_DIR to an offline mirror (README, Tests), {HOW[name]}')
+def skip_without(names):
+    how = 'a network' + (' and HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0' if set(names) & set(HUB) else '')
+    pytest.skip(f"needs {', '.join(NAMES[name] for name in names)}: set AOGPT_DATA_DIR to an offline mirror "
+                f"(README, Tests), or allow downloads ({how})")
 
 
 def find(name):
@@ -79,13 +82,14 @@ def find(name):
 
 
 def needs(*names):
-    """Skip the calling test, with one line, unless it can have each of names; return the --data_dir
-    that gives it the sets among them: the mirror, or '' (the download, already in the cache)."""
+    """Skip the calling test, with one line, unless it can have each of names ('gpt2_bpe' or an
+    eval_ppl.py set: 'wikitext2', 'ptb', 'lambada'); return the --data_dir that gives it the sets:
+    the mirror, or '' (the download, already in the cache). Also a marker: @pytest.mark.needs(...)."""
     where = {name: find(name) for name in names}
-    for name in names:
-        if where[name] is None:
-            skip_without(name)
-    return DATA_DIR if 'download' not in [where[n] for n in names if n != 'gpt2_bpe'] else ''
+    missing = [name for name in names if where[name] is None]
+    if missing:
+        skip_without(missing)
+    return '' if 'download' in [where[n] for n in names if n != 'gpt2_bpe'] else DATA_DIR
 
 
 @pytest.fixture(scope='session')
@@ -94,7 +98,7 @@ def shakespeare(tmp_path_factory):
     folder = tmp_path_factory.mktemp('shakespeare')
     script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
     if subprocess.run([sys.executable, script], capture_output=True).returncode != 0:
-        skip_without('tinyshakespeare')
+        skip_without(['tinyshakespeare'])
     return folder
 
 

@@ -3,10 +3,11 @@ import json
 import pickle
 
 import numpy as np
+import pytest
 import tiktoken
 from datasets import load_dataset
 
-from conftest import needs, synthetic_play
+from conftest import synthetic_play
 from data.openwebtext.prepare import split_val, tokenize, write_bins
 
 
@@ -25,8 +26,8 @@ def test_shakespeare_char(shakespeare):
     assert ''.join(meta['itos'][int(i)] for i in train[:14]) == 'First Citizen:'
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_openwebtext_tokenize_and_write(tmp_path):
-    needs('gpt2_bpe')
     path = tmp_path / 'docs.jsonl'  # 200 documents of a few hundred characters, one a line
     path.write_text(''.join(json.dumps({'text': turn}) + '\n' for turn in synthetic_play().split('\n\n')[:200]))
     docs = load_dataset('json', data_files=str(path), split='train', cache_dir=str(tmp_path / 'hf'))

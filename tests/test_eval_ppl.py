@@ -113,6 +113,7 @@ def test_paper_chunks_equal_a_parallel_datasets_map(n_rows):
     assert len(expected) < sum(map(len, docs)) // 16  # the per-batch remainders were dropped
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_clean_pipeline_strips_skips_and_cuts_once(tmp_path, monkeypatch):
     path = tmp_path / 'rows.txt'
     path.write_text('hello world\n   \na-b \n')
@@ -168,8 +169,8 @@ def test_cli_bpe_sets(workdir, bpe_ckpt):
         assert all(1 < float(v) < 1e6 for v in rows[name][2:5])
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_bad_input_is_one_line_on_the_command_line(workdir, bpe_ckpt):
-    needs('gpt2_bpe')
     (workdir / 'short.txt').write_text('just a few words\n')
     out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--device=cpu', '--data_file=short.txt', check=False)
     assert out.returncode == 1 and out.stderr == 'error: short.txt has 5 tokens, fewer than one block of 32\n'
@@ -238,8 +239,8 @@ def test_new_settings_are_checked(workdir, char_ckpt, args, message):
     assert message in one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir)
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_a_set_too_short_for_one_chunk_per_batch(workdir, bpe_ckpt):
-    needs('gpt2_bpe')
     # 20 one-word rows, 40 tokens: a 32-token block overall, but 8 shards of 2 or 3 rows cut on their own
     (workdir / 'words.txt').write_text('word\n' * 20)
     assert 'words.txt makes no 32-token chunk: --pipeline=paper cuts each batch (at most 1,000 rows of one of 8 ' \

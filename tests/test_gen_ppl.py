@@ -123,6 +123,7 @@ def test_temperature_lowers_gen_ppl_and_entropy_and_samples_round_trip(workdir, 
     assert [r['seconds_per_sample'] for r in results] == [s['seconds_per_sample'] for s in again]
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny_gpt2):
     results = run_gen_ppl(workdir, f'--out_dir={bpe_ckpt}', f'--scorer={tiny_gpt2}', '--num_samples=5',
                           '--batch_size=5', '--score_batch_size=2', '--steps=4', '--start=The', '--max_new_tokens=8',

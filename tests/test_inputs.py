@@ -177,8 +177,8 @@ EVAL = [
     (['--data_file=bad/broken.jsonl'], 'bad/broken.jsonl line 1 is not JSON'),
     (['--data_file=bad/odd.bin'], 'bad/odd.bin is not a token file'),
     (['--data_file=bad/empty.bin'], 'bad/empty.bin is not a token file'),
-    (['--data_file=bad/words.txt'], 'the checkpoint reads the ids of a 65-character vocabulary but bad/words.txt '
-                                    'holds GPT-2 BPE tokens'),
+    pytest.param(['--data_file=bad/words.txt'], 'the checkpoint reads the ids of a 65-character vocabulary but '
+                 'bad/words.txt holds GPT-2 BPE tokens', marks=pytest.mark.needs('gpt2_bpe')),
     (['--out_dir=out-bpe'], 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char holds the ids of a '
                             '65-character vocabulary'),
     ([f'--init_from={AUTHORS}', '--data_file=bad/big_ids.bin'],

@@ -34,8 +34,8 @@ def test_train(workdir, real_ckpt):
 
 @pytest.mark.parametrize('args', [['--dtype=float32'], ['--dtype=bfloat16', '--steps=64'],
                                   ['--dtype=float32', '--order=confidence', '--steps=64']])
+@pytest.mark.needs('gpt2_bpe')
 def test_sample_1024_tokens(workdir, real_ckpt, args):
-    needs('gpt2_bpe')
     out, peak = peak_memory_run('sample.py', '--out_dir=out-real', '--num_samples=2', '--device=cpu', *args,
                                 cwd=workdir)
     print(f'sample.py {" ".join(args)}: peak {peak:.0f} MB')
