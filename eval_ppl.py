@@ -4,7 +4,7 @@ on the authors' evaluation chunks.
 
     python eval_ppl.py --ensemble 8                      # out-shakespeare-char on its val.bin
     python eval_ppl.py --out_dir=out --dataset=wikitext2,ptb,lambada,lm1b --ensemble 8
-    python eval_ppl.py --out_dir=out --dataset=wikitext2 --data_dir=../shared/data   # local copies
+    python eval_ppl.py --out_dir=out --dataset=wikitext2 --data_dir=path/to/mirror   # local copies
     python eval_ppl.py --out_dir=out --data_file=my_text.jsonl --out_json=ppl.json
     python eval_ppl.py --init_from=hf:Cauthyyy/AO-GPT-MDM/<file>.pt --dataset=lambada --ensemble 8
     python eval_ppl.py --init_from=gpt2-medium --dataset=wikitext2,ptb    # the GPT-2 baseline row
@@ -37,7 +37,9 @@ authors scored GPT-2.
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
 OpenAI's URL; openwebtext and shakespeare_char from data/<name>/val.bin; --data_file=path for a
 .txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
---data_dir reads the Hub sets from local copies laid out like ../shared/data instead.
+--data_dir reads the Hub sets from local copies instead (an offline mirror: wikitext-2-raw/wiki.test.raw,
+ptb/ptb.test.txt, lambada/lambada_test.jsonl, lm1b/news.en.heldout-00000-of-00050, ...); it defaults
+to the environment variable AOGPT_DATA_DIR, the project's one data-location setting, '' when unset.
 --split defaults to 'test', the standard benchmark split (the authors' WikiText-2 script used
 'train'; --split=train does that with network access).
 
@@ -69,7 +71,7 @@ init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, 
 out_dir = 'out-shakespeare-char'
 dataset = 'shakespeare_char'  # one name or several, comma-separated
 data_file = ''  # a local .txt/.jsonl/.bin file to evaluate instead of --dataset
-data_dir = ''  # '': the Hub / URL; else a folder holding local copies (e.g. ../shared/data)
+data_dir = os.environ.get('AOGPT_DATA_DIR', '')  # '': the Hub / URL; else a folder holding local copies
 split = 'test'  # 'test', 'validation' or 'train' (Hub sets)
 pipeline = 'paper'  # 'paper': the authors' rows and per-batch chunks; 'clean': stripped rows, one concatenation
 block_size = 0  # 0: the checkpoint's block_size

@@ -1,49 +1,174 @@
-"""Shared test setup: offline environment, paths to the repo and to ../shared."""
-import json
+"""Shared test setup: offline defaults, where the data is, and the small corpora the tests make themselves."""
 import os
+import random
 import runpy
 import shutil
 import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(ROOT), 'shared')
 sys.path.insert(0, ROOT)
 
-# no network here: make every library fail fast (or read its local cache) instead of retrying
+
+def default_data_dir():
+    """AOGPT_DATA_DIR, an offline mirror of the corpora and the GPT-2 BPE; else ../shared/data when it is there."""
+    mirror = os.path.join(os.path.dirname(ROOT), 'shared', 'data')
+    return os.environ.get('AOGPT_DATA_DIR') or (mirror if os.path.isdir(mirror) else '')
+
+
+DATA_DIR = default_data_dir()
+if DATA_DIR:
+    os.environ['AOGPT_DATA_DIR'] = DATA_DIR  # the scripts the tests run read it too
+    if os.path.isdir(os.path.join(DATA_DIR, 'tiktoken_cache')):
+        os.environ.setdefault('TIKTOKEN_CACHE_DIR', os.path.join(DATA_DIR, 'tiktoken_cache'))
+# the Hugging Face Hub retries an unreachable host for half a minute: the tests stay off it unless told
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('HF_DATASETS_OFFLINE', '1')
 os.environ.setdefault('WANDB_MODE', 'offline')
-os.environ.setdefault('TIKTOKEN_CACHE_DIR', os.path.join(SHARED, 'data', 'tiktoken_cache'))
 
 
 def pytest_configure(config):
     config.addinivalue_line('markers', 'slow: the real shapes (block 1024, GPT-2 vocabulary); deselect with -m "not slow"')
+    config.addinivalue_line('markers', 'needs(*names): skip, with one line, unless these can be had (see needs())')
 
 
-def shared_path(*parts):
-    """Path of a file under ../shared, failing the test clearly if it is missing."""
-    path = os.path.join(SHARED, *parts)
-    if not os.path.exists(path):
-        pytest.fail(f'missing {path}: the tests need the shared/ folder next to the checkout')
-    return path
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers('needs'):  # before the fixtures: a skipped test trains nothing
+        needs(*mark.args)
+
+
+# -----------------------------------------------------------------------------
+# corpora and the GPT-2 BPE, had the way users have them: the mirror, else the download
+
+NAMES = {'gpt2_bpe': 'the GPT-2 BPE', 'tinyshakespeare': 'tiny Shakespeare', 'wikitext2': 'WikiText-2', 'ptb': 'PTB',
+         'lambada': 'LAMBADA'}
+HUB = ('wikitext2', 'ptb')  # from datasets' Hub, which the tests keep offline unless told
+_found = {}  # name -> 'mirror', 'download' or None: each is looked for once a session
+
+
+def skip_without(names):
+    how = 'a network' + (' and HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0' if set(names) & set(HUB) else '')
+    pytest.skip(f"needs {', '.join(NAMES[name] for name in names)}: set AOGPT_DATA_DIR to an offline mirror "
+                f"(README, Tests), or allow downloads ({how})")
+
+
+def find(name):
+    """Where the tests get `name` ('gpt2_bpe' or an eval_ppl.py set, test split): 'mirror', 'download'
+    (fetched now, so later reads hit the cache) or None."""
+    if name not in _found:
+        import eval_ppl
+        if name == 'gpt2_bpe':  # TIKTOKEN_CACHE_DIR points into the mirror when it has a cache
+            from common import gpt2_encoding
+            get = gpt2_encoding
+        elif DATA_DIR and os.path.exists(os.path.join(DATA_DIR, eval_ppl.SETS[name][1]['test'])):
+            _found[name] = 'mirror'
+            return _found[name]
+        else:
+            get = lambda: eval_ppl.load_rows(name)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(eval_ppl, 'data_dir', '')
+            patch.setattr(eval_ppl, 'split', 'test')
+            try:
+                get()
+                _found[name] = 'download'
+            except SystemExit:  # the scripts' one-line error: not to be had
+                _found[name] = None
+    return _found[name]
+
+
+def needs(*names):
+    """Skip the calling test, with one line, unless it can have each of names ('gpt2_bpe' or an
+    eval_ppl.py set: 'wikitext2', 'ptb', 'lambada'); return the --data_dir that gives it the sets:
+    the mirror, or '' (the download, already in the cache). Also a marker: @pytest.mark.needs(...)."""
+    where = {name: find(name) for name in names}
+    missing = [name for name in names if where[name] is None]
+    if missing:
+        skip_without(missing)
+    return '' if 'download' in [where[n] for n in names if n != 'gpt2_bpe'] else DATA_DIR
+
+
+@pytest.fixture(scope='session')
+def shakespeare(tmp_path_factory):
+    """A folder holding the real tiny Shakespeare as prepare.py makes it for a user: copied from the mirror, or downloaded."""
+    folder = tmp_path_factory.mktemp('shakespeare')
+    script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
+    if subprocess.run([sys.executable, script], capture_output=True).returncode != 0:
+        skip_without(['tinyshakespeare'])
+    return folder
+
+
+# -----------------------------------------------------------------------------
+# the text the mechanics tests train on, made here: training, sampling and checkpoints need no corpus
+
+WORDS = ("a all and art as be but by come day dear do ever eyes fair father for from give good grace hath have he "
+         "heart her here his honour i if in is it joy king know lady let life like lord love make man me mine more "
+         "my never night no not now o of on our peace queen quiet say see shall she so speak sweet than that the thee "
+         "then there they this thou thy time to true upon us very vex was we well what when where which who why will "
+         "with word world yet you your zeal 'tis o'er well-met &c 3 $").split()
+SPEAKERS = ['ROMEO', 'JULIET', 'KING HENRY', 'QUEEN MARGARET', 'DUKE VINCENTIO', 'FIRST CITIZEN', 'PAULINA', 'BAWD',
+            'GLOUCESTER', 'LADY CAPULET', 'YORK', 'XANTIPPE', 'ZOUNDS']
+CHARACTERS = "\n !$&',-.3:;?" + ''.join(map(chr, range(65, 91))) + ''.join(map(chr, range(97, 123)))  # tiny Shakespeare's
+
+
+def markov_words(rng, n):
+    """n word indices from a seeded Markov chain: each word is mostly followed by one of 3 of its own;
+    words early in WORDS are the frequent ones (Zipf's law), as in text."""
+    zipf = [1 / (rank + 1) for rank in range(len(WORDS))]
+    follow = [rng.choices(range(len(WORDS)), zipf, k=3) for _ in WORDS]
+    word, out = 0, []
+    for _ in range(n):
+        word = rng.choice(follow[word]) if rng.random() < 0.9 else rng.choices(range(len(WORDS)), zipf)[0]
+        out.append(word)
+    return out
+
+
+def synthetic_play(n_words=40_000, seed=0):
+    """A play-like text in tiny Shakespeare's 65 characters (about 230 kB): speakers' names, then
+    sentences of Markov-chain words, so a tiny model has something to learn."""
+    rng = random.Random(seed)
+    words = [WORDS[w] for w in markov_words(rng, n_words)]
+    turns, i = [], 0
+    while i + 30 <= n_words:  # room for a turn's 3 sentences of up to 10 words
+        sentences = []
+        for n in [rng.randint(3, 10) for _ in range(rng.randint(1, 3))]:
+            sentence = ' '.join(words[i:i + n])
+            sentences.append(sentence[0].upper() + sentence[1:] + rng.choice('.,!?;:'))
+            i += n
+        turns.append(f"{rng.choice(SPEAKERS)}:\n{' '.join(sentences)}\n")
+    text = '\n'.join(turns)
+    assert sorted(set(text)) == sorted(CHARACTERS)
+    return text
+
+
+def synthetic_gpt2_ids(n, seed):
+    """n GPT-2-BPE-range ids (uint16) from the same Markov chain, word i as id 256 + 400 i, end-of-text every ~60."""
+    rng = random.Random(seed)
+    ids = [256 + 400 * w for w in markov_words(rng, n)]
+    for i in range(59, n, 60):
+        ids[i] = 50256
+    return np.array(ids, dtype=np.uint16)
 
 
 @pytest.fixture(scope='session')
 def workdir(tmp_path_factory):
-    """A folder laid out like the repo's root for data: data/shakespeare_char prepared from the shared copy.
-
-    Scripts run with this as their working directory, so their data/ and out_dir paths resolve here.
-    """
+    """A folder laid out like the repo's root for data, where the scripts run: data/shakespeare_char
+    prepared by its prepare.py from synthetic_play, and authors.pt and sigma.pt, the AO-GPT and sigma-GPT
+    parity fixtures written as the authors' trainers write a checkpoint (96 tokens, no vocabulary stored)."""
+    import torch
+    from fixtures.reference import load, save_authors_checkpoint
     root = tmp_path_factory.mktemp('work')
     folder = root / 'data' / 'shakespeare_char'
     folder.mkdir(parents=True)
     script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
-    shutil.copy(shared_path('data', 'tinyshakespeare', 'input.txt'), folder / 'input.txt')
+    (folder / 'input.txt').write_text(synthetic_play())
     subprocess.run([sys.executable, script], check=True, capture_output=True)
+    save_authors_checkpoint(load('ao_gpt'), root / 'authors.pt')
+    torch.save(load('sigma_gpt'), root / 'sigma.pt')  # the authors' sigma-GPT format: raw weights only
     return root
 
 
@@ -66,7 +191,7 @@ TINY = ['--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2', '--
 
 @pytest.fixture(scope='session')
 def char_ckpt(workdir):
-    """out_dir (relative to workdir) of a tiny char-level model trained briefly on tiny Shakespeare."""
+    """out_dir (relative to workdir) of a tiny char-level model trained briefly on data/shakespeare_char."""
     run_script('train.py', *TINY, '--dataset=shakespeare_char', '--out_dir=out-char', '--max_iters=30',
                '--eval_interval=30', '--learning_rate=3e-3', cwd=workdir)
     return 'out-char'
@@ -74,14 +199,11 @@ def char_ckpt(workdir):
 
 @pytest.fixture(scope='session')
 def bpe_ckpt(workdir):
-    """out_dir of a tiny GPT-2-BPE model trained briefly on data/webtext (the shared webtext snippets)."""
-    from datasets import Dataset, DatasetDict
-    from data.openwebtext.prepare import tokenize, write_bins
+    """out_dir of a tiny GPT-2-BPE model trained briefly on data/webtext: synthetic ids, 200 chunks of 32 in val.bin."""
     folder = workdir / 'data' / 'webtext'
     folder.mkdir(parents=True, exist_ok=True)
-    texts = [json.loads(line)['text'] for line in open(shared_path('data', 'webtext', 'webtext.valid.jsonl'))]
-    splits = DatasetDict(train=Dataset.from_dict({'text': texts[:600]}), val=Dataset.from_dict({'text': texts[600:700]}))
-    write_bins(tokenize(splits, num_proc=1), str(folder))
+    synthetic_gpt2_ids(40_000, seed=1).tofile(folder / 'train.bin')
+    synthetic_gpt2_ids(6_410, seed=2).tofile(folder / 'val.bin')
     run_script('train.py', *TINY, '--dataset=webtext', '--out_dir=out-bpe', '--max_iters=10', '--eval_interval=10',
                '--learning_rate=3e-3', cwd=workdir)
     return 'out-bpe'

@@ -1,16 +1,18 @@
 """Data preparation: the shakespeare_char script end to end, the openwebtext tokenize-and-write path on local text."""
+import json
 import pickle
 
 import numpy as np
+import pytest
 import tiktoken
 from datasets import load_dataset
 
-from conftest import shared_path
+from conftest import synthetic_play
 from data.openwebtext.prepare import split_val, tokenize, write_bins
 
 
-def test_shakespeare_char(workdir):
-    folder = workdir / 'data' / 'shakespeare_char'  # prepared by the conftest fixture from the shared copy
+def test_shakespeare_char(shakespeare):
+    folder = shakespeare  # the real tiny Shakespeare, prepared by prepare.py as a user gets it
     with open(folder / 'meta.pkl', 'rb') as f:
         meta = pickle.load(f)
     assert meta['vocab_size'] == 65
@@ -24,9 +26,11 @@ def test_shakespeare_char(workdir):
     assert ''.join(meta['itos'][int(i)] for i in train[:14]) == 'First Citizen:'
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_openwebtext_tokenize_and_write(tmp_path):
-    path = shared_path('data', 'webtext', 'webtext.valid.jsonl')
-    docs = load_dataset('json', data_files=path, split='train', cache_dir=str(tmp_path / 'hf')).select(range(200))
+    path = tmp_path / 'docs.jsonl'  # 200 documents of a few hundred characters, one a line
+    path.write_text(''.join(json.dumps({'text': turn}) + '\n' for turn in synthetic_play().split('\n\n')[:200]))
+    docs = load_dataset('json', data_files=str(path), split='train', cache_dir=str(tmp_path / 'hf'))
     splits = split_val(docs)
     assert set(splits) == {'train', 'val'} and len(splits['train']) + len(splits['val']) == 200
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import eval_ppl as module
-from conftest import SHARED, one_line_error, peak_memory_run, run_script, shared_path
+from conftest import needs, one_line_error, peak_memory_run, run_script
 from eval_ppl import (encode_rows, ensemble_logprobs, ensemble_sizes, evaluate, lambada_detokenize, lm1b_detokenize,
-                      load_tokens, make_chunks, paper_chunks, ptb_detokenize, ptb_rows, random_context_orders,
-                      wikitext_detokenize, wikitext_rows)
+                      load_rows, load_tokens, make_chunks, paper_chunks, ptb_detokenize, random_context_orders,
+                      wikitext_detokenize)
+from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
 
 
@@ -73,23 +74,24 @@ def test_detokenizers_follow_the_authors_rules():
     assert lambada_detokenize('  “Hi,” she said, ‘ok’ ') == '\n"Hi," she said, ‘ok’'  # double quotes only
 
 
-def test_rows_are_taken_as_the_hub_serves_them():
-    wikitext = wikitext_rows(shared_path('data', 'wikitext-2-raw', 'wiki.test.raw'))
+def test_rows_are_taken_as_the_hub_serves_them(monkeypatch):
+    monkeypatch.setattr(module, 'data_dir', needs('wikitext2', 'ptb'))  # the mirror's files, or the Hub's rows
+    wikitext = load_rows('wikitext2')
     assert len(wikitext) == 4358 and wikitext.count('') == 1467  # a blank line is an empty row, kept
     assert wikitext[:2] == ['', ' = Robert Boulter = \n']
-    ptb = ptb_rows(shared_path('data', 'ptb', 'ptb.test.txt'))
+    ptb = load_rows('ptb')
     assert len(ptb) == 3761 and ptb[0] == "no it was n't black monday"
 
 
 @pytest.mark.parametrize('name', ['wikitext2', 'ptb'])
 def test_paper_pipeline_makes_the_authors_chunks(name, monkeypatch):
-    """The fixture holds the chunks that the authors' own pipeline made from the same local files."""
-    expected = torch.load(shared_path('fixtures', 'eval_protocol_chunks.pt'), weights_only=True)[name]['chunks']
-    monkeypatch.setattr(module, 'data_dir', os.path.join(SHARED, 'data'))
+    """The fixture holds the digests of the chunks that the authors' own pipeline made from the same rows."""
+    expected = eval_chunks()[name]['sha256']
+    monkeypatch.setattr(module, 'data_dir', needs('gpt2_bpe', name))
     chunks = make_chunks(load_tokens(name)[0], 1024)
-    assert sorted(chunks.tolist()) == sorted(expected.long().tolist())  # the same chunks, in any order
+    assert sorted(chunk_digests(chunks)) == sorted(expected)  # the same chunks, in any order
     monkeypatch.setattr(module, 'pipeline', 'clean')  # the other pipeline does differ
-    assert sorted(make_chunks(load_tokens(name)[0], 1024).tolist()) != sorted(expected.long().tolist())
+    assert sorted(chunk_digests(make_chunks(load_tokens(name)[0], 1024))) != sorted(expected)
 
 
 @pytest.mark.parametrize('n_rows', [8100, 5])
@@ -111,6 +113,7 @@ def test_paper_chunks_equal_a_parallel_datasets_map(n_rows):
     assert len(expected) < sum(map(len, docs)) // 16  # the per-batch remainders were dropped
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_clean_pipeline_strips_skips_and_cuts_once(tmp_path, monkeypatch):
     path = tmp_path / 'rows.txt'
     path.write_text('hello world\n   \na-b \n')
@@ -156,16 +159,17 @@ def test_cli_char_level(workdir, char_ckpt):
     assert all(1 < v < 65 for v in ppl.values())
 
 
-def test_cli_bpe_sets_from_local_copies(workdir, bpe_ckpt):
-    out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--dataset=wikitext2,ptb,lambada',
-                   f'--data_dir={os.path.join(SHARED, "data")}', '--ensemble=2', '--max_chunks=2', '--device=cpu',
-                   '--dtype=float32')
+def test_cli_bpe_sets(workdir, bpe_ckpt):
+    data_dir = needs('gpt2_bpe', 'wikitext2', 'ptb', 'lambada')
+    out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--dataset=wikitext2,ptb,lambada', f'--data_dir={data_dir}',
+                   '--ensemble=2', '--max_chunks=2', '--device=cpu', '--dtype=float32')
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[-4:]}
     for name in ('wikitext2', 'ptb', 'lambada'):
         assert rows[name][1] == '64'
         assert all(1 < float(v) < 1e6 for v in rows[name][2:5])
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_bad_input_is_one_line_on_the_command_line(workdir, bpe_ckpt):
     (workdir / 'short.txt').write_text('just a few words\n')
     out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--device=cpu', '--data_file=short.txt', check=False)
@@ -192,15 +196,18 @@ def test_memory_is_flat_in_the_number_of_chunks(workdir, bpe_ckpt):
     assert runs[0] < runs[4] + 100, runs
 
 
-def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2):
+def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2, monkeypatch):
     from transformers import AutoModelForCausalLM
-    out = eval_ppl(workdir, f'--init_from={tiny_gpt2}', '--dataset=ptb', f'--data_dir={os.path.join(SHARED, "data")}',
-                   '--max_chunks=4', '--out_json=gpt2.json', '--device=cpu')
+    data_dir = needs('gpt2_bpe', 'ptb')
+    out = eval_ppl(workdir, f'--init_from={tiny_gpt2}', '--dataset=ptb', f'--data_dir={data_dir}', '--max_chunks=4',
+                   '--out_json=gpt2.json', '--device=cpu')
     assert 'left-to-right only; each 1024-token chunk scores its last 1023 tokens' in out.stdout
     result = json.load(open(workdir / 'gpt2.json'))['results']['ptb']
     assert result['tokens'] == 4 * 1023 and set(result['ppl']) == {'l2r'}
     # independently: the Hugging Face model's own shifted loss on the authors' first four PTB chunks
-    chunks = torch.load(shared_path('fixtures', 'eval_protocol_chunks.pt'), weights_only=True)['ptb']['chunks'][:4]
+    monkeypatch.setattr(module, 'data_dir', data_dir)
+    chunks = make_chunks(load_tokens('ptb')[0], 1024)[:4]
+    assert chunk_digests(chunks) == eval_chunks()['ptb']['sha256'][:4]  # theirs, in their order
     model = AutoModelForCausalLM.from_pretrained(tiny_gpt2).eval()
     with torch.no_grad():
         losses = [model(c[None].long(), labels=c[None].long()).loss for c in chunks]
@@ -212,7 +219,7 @@ def test_gpt2_baseline_errors_are_one_line(workdir, tiny_gpt2, tmp_path, monkeyp
     no_weights = tmp_path / 'no-weights'
     no_weights.mkdir()
     shutil.copy(os.path.join(tiny_gpt2, 'config.json'), no_weights)
-    data = f'--data_dir={os.path.join(SHARED, "data")}'
+    data = '--data_dir=nowhere'  # each error comes before any data is read
     assert 'is scored left-to-right only: --ensemble applies to AO-GPT checkpoints' in \
         one_line_error('eval_ppl.py', f'--init_from={tiny_gpt2}', '--dataset=ptb', data, '--ensemble=2', cwd=workdir)
     assert f"could not load the Hugging Face model '{no_weights}'" in \
@@ -232,6 +239,7 @@ def test_new_settings_are_checked(workdir, char_ckpt, args, message):
     assert message in one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir)
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_a_set_too_short_for_one_chunk_per_batch(workdir, bpe_ckpt):
     # 20 one-word rows, 40 tokens: a 32-token block overall, but 8 shards of 2 or 3 rows cut on their own
     (workdir / 'words.txt').write_text('word\n' * 20)

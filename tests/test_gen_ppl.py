@@ -147,6 +147,7 @@ def test_a_scorer_that_stores_no_vocabulary_scores_ids_of_its_size(workdir, char
         capsys.readouterr().out
 
 
+@pytest.mark.needs('gpt2_bpe')
 def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny_gpt2):
     results = run_gen_ppl(workdir, f'--out_dir={bpe_ckpt}', f'--scorer={tiny_gpt2}', '--num_samples=5',
                           '--batch_size=5', '--score_batch_size=2', '--steps=4', '--start=The', '--max_new_tokens=8',

@@ -5,14 +5,14 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from conftest import shared_path
+from fixtures.reference import load
 from model import (GPT, GPTConfig, KVCache, decode_step, load_checkpoint, make_ema, make_fixed_order,
                    reference_state_dict, sample_orders)
 
 
 @pytest.fixture(scope='module')
 def fixture():
-    return torch.load(shared_path('fixtures', 'reference_parity_small.pt'), weights_only=True)
+    return load('ao_gpt')
 
 
 def reference_model(fixture, use_ema=True):

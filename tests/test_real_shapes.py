@@ -2,15 +2,13 @@
 with a small width: the shape, memory and dtype bugs that block 32 never meets. Peak memory is the
 process's RSS, torch included."""
 import math
-import os
 
 import pytest
 import torch
 
-from conftest import SHARED, peak_memory_run
+from conftest import needs, peak_memory_run
 
 pytestmark = pytest.mark.slow
-DATA_DIR = os.path.join(SHARED, 'data')
 
 
 @pytest.fixture(scope='module')
@@ -36,6 +34,7 @@ def test_train(workdir, real_ckpt):
 
 @pytest.mark.parametrize('args', [['--dtype=float32'], ['--dtype=bfloat16', '--steps=64'],
                                   ['--dtype=float32', '--order=confidence', '--steps=64']])
+@pytest.mark.needs('gpt2_bpe')
 def test_sample_1024_tokens(workdir, real_ckpt, args):
     out, peak = peak_memory_run('sample.py', '--out_dir=out-real', '--num_samples=2', '--device=cpu', *args,
                                 cwd=workdir)
@@ -46,8 +45,9 @@ def test_sample_1024_tokens(workdir, real_ckpt, args):
 
 
 def test_eval_a_few_chunks_with_an_ensemble(workdir, real_ckpt):
+    data_dir = needs('gpt2_bpe', 'wikitext2', 'lambada')
     out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real', '--dataset=wikitext2,lambada',
-                                f'--data_dir={DATA_DIR}', '--ensemble=2', '--max_chunks=2', '--device=cpu', cwd=workdir)
+                                f'--data_dir={data_dir}', '--ensemble=2', '--max_chunks=2', '--device=cpu', cwd=workdir)
     print(f'eval_ppl.py --ensemble=2, 2 chunks of 1024: peak {peak:.0f} MB')
     rows = {line.split()[0]: line.split() for line in out.splitlines()[-2:]}
     for name in ('wikitext2', 'lambada'):
@@ -57,7 +57,8 @@ def test_eval_a_few_chunks_with_an_ensemble(workdir, real_ckpt):
 
 
 def test_all_of_lambada_in_bounded_memory(workdir, real_ckpt):
-    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real', '--dataset=lambada', f'--data_dir={DATA_DIR}',
+    data_dir = needs('gpt2_bpe', 'lambada')
+    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real', '--dataset=lambada', f'--data_dir={data_dir}',
                                 '--ensemble=1', '--device=cpu', cwd=workdir)
     print(f'eval_ppl.py all of LAMBADA (414 chunks of 1024): peak {peak:.0f} MB')
     assert out.splitlines()[-1].split()[:2] == ['lambada', '423,936']

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import sample
-from conftest import run_script, shared_path
+from conftest import run_script
+from fixtures.reference import load
 from sample import filter_probs, generate, inverse_cdf, parse_infill, sample_tokens, step_sizes
 from test_model import tiny_model
 
@@ -98,7 +99,7 @@ def test_step_sizes():
                 assert len(sizes) == steps and sum(sizes) == n and min(sizes) >= 1, (n, steps, schedule)
         assert step_sizes(n, n, 'cosine') == [1] * n
     # the authors' sizes for their 5-step linear schedule at T=32, from their own sampler
-    generation = torch.load(shared_path('fixtures', 'reference_parity_small.pt'), weights_only=True)['generation']
+    generation = load('ao_gpt')['generation']
     linear5 = next(g for g in generation if g['name'] == 'linear5')['step_sizes'].tolist()
     assert step_sizes(32, 5, 'linear') == linear5 == [6, 6, 7, 6, 7]  # int(32 * s / 5): truncated, not rounded
     # cosine: int(100 * (1 - cos(pi/2 * s/4))) = 7, 29, 61, 100: few tokens first, many at the end

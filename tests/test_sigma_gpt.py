@@ -6,14 +6,15 @@ import pytest
 import torch
 
 import conftest
-from conftest import ROOT, run_script, shared_path
+from conftest import ROOT, run_script
+from fixtures.reference import load
 from model import GPT, GPTConfig, load_checkpoint, make_ema, weights_read
 from test_sample import samples
 
 
 @pytest.fixture(scope='module')
 def fixture():
-    return torch.load(shared_path('fixtures', 'sigma_gpt_parity.pt'), weights_only=True)
+    return load('sigma_gpt')
 
 
 def logits_and_loss(model, fixture):

@@ -9,7 +9,7 @@ import torch
 
 import conftest
 from configurator import read_config_file
-from conftest import ROOT, one_line_error, run_script, shared_path
+from conftest import ROOT, one_line_error, run_script
 from test_inputs import sized_data  # noqa: F401 (a fixture: datasets whose meta.pkl gives only vocab_size)
 
 TINY = ['--dataset=shakespeare_char', *conftest.TINY]
@@ -123,8 +123,7 @@ def test_eval_only_scores_the_checkpoint_and_writes_nothing(workdir, char_ckpt):
 
 
 def test_init_from_authors_checkpoint(workdir, sized_data):  # 96 ids, as its vocabulary
-    fixture = shared_path('fixtures', 'reference_parity_small.pt')
-    train(workdir, 'out-ref', f'--init_from={fixture}', '--dataset=sized96', '--max_iters=2', '--eval_interval=2')
+    train(workdir, 'out-ref', '--init_from=authors.pt', '--dataset=sized96', '--max_iters=2', '--eval_interval=2')
     ckpt = load(workdir, 'out-ref')
     assert ckpt['model_args']['n_embd'] == 64 and ckpt['model_args']['vocab_size'] == 96
 

@@ -3,11 +3,13 @@ Prepare tiny Shakespeare for character-level language modelling.
 
     python data/shakespeare_char/prepare.py
 
-Uses input.txt in this folder (downloading it if it is missing) and writes
-train.bin / val.bin (uint16 character ids) and meta.pkl (the vocabulary) next to it.
+Uses input.txt in this folder; when it is missing, copies $AOGPT_DATA_DIR/tinyshakespeare/input.txt
+if that variable names an offline mirror of the data, else downloads it. Writes train.bin / val.bin
+(uint16 character ids) and meta.pkl (the vocabulary) next to it.
 """
 import os
 import pickle
+import shutil
 import sys
 
 import numpy as np
@@ -16,18 +18,32 @@ import requests
 URL = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
 
 
+def fetch_input(input_path):
+    """Copy input.txt from the offline mirror named by AOGPT_DATA_DIR, or else download it."""
+    mirror = os.environ.get('AOGPT_DATA_DIR')
+    if mirror:
+        source = os.path.join(mirror, 'tinyshakespeare', 'input.txt')
+        if not os.path.exists(source):
+            print(f'{source} not found: AOGPT_DATA_DIR={mirror} is not a mirror of the data; unset it to download')
+            sys.exit(1)
+        shutil.copy(source, input_path)
+        return
+    try:
+        response = requests.get(URL, timeout=30)
+        response.raise_for_status()
+    except requests.RequestException as e:
+        print(f'could not download {URL} ({type(e).__name__}); place input.txt in {os.path.dirname(input_path)} '
+              f'and rerun')
+        sys.exit(1)
+    with open(input_path, 'w', encoding='utf-8') as f:
+        f.write(response.text)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     input_path = os.path.join(here, 'input.txt')
     if not os.path.exists(input_path):
-        try:
-            response = requests.get(URL, timeout=30)
-            response.raise_for_status()
-        except requests.RequestException as e:
-            print(f'could not download {URL} ({type(e).__name__}); place input.txt in {here} and rerun')
-            sys.exit(1)
-        with open(input_path, 'w', encoding='utf-8') as f:
-            f.write(response.text)
+        fetch_input(input_path)
 
     with open(input_path, 'r', encoding='utf-8') as f:
         data = f.read()
