@@ -3,6 +3,7 @@ import os
 import random
 import runpy
 import shutil
+import string
 import subprocess
 import sys
 import tempfile
@@ -57,27 +58,27 @@ def skip_without(names):
                 f"(README, Tests), or allow downloads ({how})")
 
 
+def fetch(name):
+    """Whether `name` can be had without the mirror, the scripts' own way (which stops with a one-line
+    error when it cannot); what it fetches stays in the library's cache for the tests to read."""
+    import eval_ppl
+    from common import gpt2_encoding
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(eval_ppl, 'data_dir', '')
+        patch.setattr(eval_ppl, 'split', 'test')
+        try:
+            gpt2_encoding() if name == 'gpt2_bpe' else eval_ppl.load_rows(name)
+        except SystemExit:
+            return False
+    return True
+
+
 def find(name):
-    """Where the tests get `name` ('gpt2_bpe' or an eval_ppl.py set, test split): 'mirror', 'download'
-    (fetched now, so later reads hit the cache) or None."""
+    """Where the tests get `name` ('gpt2_bpe' or an eval_ppl.py set, test split): 'mirror', 'download' or None."""
     if name not in _found:
-        import eval_ppl
-        if name == 'gpt2_bpe':  # TIKTOKEN_CACHE_DIR points into the mirror when it has a cache
-            from common import gpt2_encoding
-            get = gpt2_encoding
-        elif DATA_DIR and os.path.exists(os.path.join(DATA_DIR, eval_ppl.SETS[name][1]['test'])):
-            _found[name] = 'mirror'
-            return _found[name]
-        else:
-            get = lambda: eval_ppl.load_rows(name)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(eval_ppl, 'data_dir', '')
-            patch.setattr(eval_ppl, 'split', 'test')
-            try:
-                get()
-                _found[name] = 'download'
-            except SystemExit:  # the scripts' one-line error: not to be had
-                _found[name] = None
+        from eval_ppl import SETS
+        local = name in SETS and DATA_DIR and os.path.exists(os.path.join(DATA_DIR, SETS[name][1]['test']))
+        _found[name] = 'mirror' if local else 'download' if fetch(name) else None
     return _found[name]
 
 
@@ -94,7 +95,7 @@ def needs(*names):
 
 @pytest.fixture(scope='session')
 def shakespeare(tmp_path_factory):
-    """A folder holding the real tiny Shakespeare as prepare.py makes it for a user: copied from the mirror, or downloaded."""
+    """A folder holding the real tiny Shakespeare as prepare.py makes it for a user (from the mirror, or downloaded)."""
     folder = tmp_path_factory.mktemp('shakespeare')
     script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), folder)
     if subprocess.run([sys.executable, script], capture_output=True).returncode != 0:
@@ -112,7 +113,7 @@ WORDS = ("a all and art as be but by come day dear do ever eyes fair father for 
          "with word world yet you your zeal 'tis o'er well-met &c 3 $").split()
 SPEAKERS = ['ROMEO', 'JULIET', 'KING HENRY', 'QUEEN MARGARET', 'DUKE VINCENTIO', 'FIRST CITIZEN', 'PAULINA', 'BAWD',
             'GLOUCESTER', 'LADY CAPULET', 'YORK', 'XANTIPPE', 'ZOUNDS']
-CHARACTERS = "\n !$&',-.3:;?" + ''.join(map(chr, range(65, 91))) + ''.join(map(chr, range(97, 123)))  # tiny Shakespeare's
+CHARACTERS = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase  # tiny Shakespeare's 65
 
 
 def markov_words(rng, n):
@@ -128,7 +129,7 @@ def markov_words(rng, n):
 
 
 def synthetic_play(n_words=40_000, seed=0):
-    """A play-like text in tiny Shakespeare's 65 characters (about 230 kB): speakers' names, then
+    """A play-like text in tiny Shakespeare's 65 characters (about 200 kB): speakers' names, then
     sentences of Markov-chain words, so a tiny model has something to learn."""
     rng = random.Random(seed)
     words = [WORDS[w] for w in markov_words(rng, n_words)]
