@@ -30,7 +30,8 @@ Each chunk x gets a seeded uniformly random order sigma. Reported per set:
 - M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[sigma_<i] in
   sigma's order and members 2..M in independent uniform orders; the members are nested, so one
   run gives the whole curve up to --ensemble.
-Any-order and ensemble numbers are computed in --dtype, float32 by default as the authors do.
+Any-order and ensemble numbers are computed in --dtype: float32 by default, as the authors' AO-GPT
+scripts; their sigma-GPT any-order script used bf16 autocast (--dtype=bfloat16).
 A Hugging Face model scores tokens 2..block_size of each chunk (the first has no context), as the
 authors scored GPT-2.
 
@@ -82,7 +83,7 @@ use_ema = True  # the EMA weights; False: the raw ones (the authors' sigma-GPT e
 seed = 1337
 out_json = ''
 device = default_device()
-dtype = 'float32'  # any-order and ensemble numbers (the authors: float32)
+dtype = 'float32'  # any-order and ensemble numbers (their AO-GPT scripts: float32; their sigma-GPT one: bfloat16)
 l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype
 compile = False  # torch.compile the model's forward, with dynamic shapes (the query batches vary in size)
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
