@@ -30,7 +30,8 @@ Each chunk x gets a seeded uniformly random order sigma. Reported per set:
 - M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[sigma_<i] in
   sigma's order and members 2..M in independent uniform orders; the members are nested, so one
   run gives the whole curve up to --ensemble.
-Any-order and ensemble numbers are computed in --dtype, float32 by default as the authors do.
+Any-order and ensemble numbers are computed in --dtype: float32 by default, as the authors' AO-GPT
+scripts; their sigma-GPT any-order script used bf16 autocast (--dtype=bfloat16).
 A Hugging Face model scores tokens 2..block_size of each chunk (the first has no context), as the
 authors scored GPT-2.
 
@@ -82,8 +83,9 @@ use_ema = True  # the EMA weights (the raw ones if there are none); False: the r
 seed = 1337
 out_json = ''
 device = default_device()
-dtype = 'float32'  # any-order and ensemble numbers (the authors: float32)
+dtype = 'float32'  # any-order and ensemble numbers (their AO-GPT scripts: float32; their sigma-GPT one: bfloat16)
 l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype
+compile = False  # torch.compile the model's forward, with dynamic shapes (the query batches vary in size)
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 # -----------------------------------------------------------------------------
 
@@ -315,13 +317,14 @@ def random_context_orders(sigma, n_extra, seed):
 
 
 def query_batches(sigma, context_orders, max_tokens):
-    """Rows (target i, member j, context order), longest first, grouped under the token budget.
+    """Rows (target i >= 1, member j, context order), longest first, grouped under the token budget.
 
-    A batch's rows are padded to its first (longest) row; keeping them within 1/8 of its length
-    bounds the padding to 12.5% of the slots.
+    Target 0 has an empty context, the same in every order, so it needs no query. A batch's rows are
+    padded to its first (longest) row; keeping them within 1/8 of its length bounds the padding to
+    12.5% of the slots.
     """
     batch, width = [], 0
-    for i in reversed(range(len(sigma))):
+    for i in reversed(range(1, len(sigma))):
         for j, order in enumerate(context_orders(i), start=1):
             width = width or i + 1
             if batch and ((len(batch) + 1) * (width + HEAD_COST) > max_tokens or 8 * (width - i - 1) > width):
@@ -347,8 +350,11 @@ def ensemble_logprobs(model, x, sigma, context_orders, n_members, max_tokens):
     out[0] = -loss[0].float().cpu()
     if n_members == 1:
         return out
+    out[1:, 0] = out[0, 0]  # an empty context reads the same in every order
     sigma_cpu = sigma.cpu()  # rows are built on the CPU, then moved in one piece
     for batch in query_batches(sigma_cpu, lambda i: context_orders(i)[:n_members - 1], max_tokens):
+        if len(batch) == 1:  # twice: a compiled model then never meets one row, a shape it would compile again
+            batch = batch * 2
         pos = pad_sequence([torch.cat([torch.tensor([-1]), order]) for _, _, order in batch],
                            batch_first=True, padding_value=-1)
         tgt = pad_sequence([torch.cat([order, sigma_cpu[i:i + 1]]) for i, _, order in batch],
@@ -438,6 +444,8 @@ def check_inputs(names):
     check_device(device, l2r_precision(hf))
     if hf and ensemble > 1:
         fail(f'{init_from} is scored left-to-right only: --ensemble applies to AO-GPT checkpoints')
+    if hf and compile:
+        fail(f'--compile applies to AO-GPT checkpoints, not to the Hugging Face model {init_from}')
     if not names:
         fail('--dataset is empty: name one or more sets, comma-separated, or pass --data_file=path')
     for name in names:
@@ -480,6 +488,8 @@ def main():
         if not len(sets[name]):
             fail(f'{name} makes no {n}-token chunk: --pipeline=paper cuts each batch (at most {MAP_BATCH:,} rows '
                  f'of one of {MAP_SHARDS} shards) on its own; --pipeline=clean cuts all the rows at once')
+    if compile:
+        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
     precision = l2r_precision(hf)
     l2r_ctx = autocast(device, precision)
     print(f"pipeline: {pipeline}; left-to-right in {precision}" + ('' if hf else f', any-order in {dtype}'))

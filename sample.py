@@ -147,7 +147,9 @@ def generate(model, x, known, steps, schedule='linear', order='random', confiden
     device_type = x.device.type
     cache_dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) \
         else next(model.parameters()).dtype
-    cache = KVCache(model.config, B, T, x.device, cache_dtype)
+    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
+    # its own that it would compile again for
+    cache = KVCache(model.config, B, T + 1, x.device, cache_dtype)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):

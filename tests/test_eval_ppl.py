@@ -159,6 +159,19 @@ def test_cli_char_level(workdir, char_ckpt):
     assert all(1 < v < 65 for v in ppl.values())
 
 
+def test_any_order_in_bf16_as_the_authors_sigma_gpt_script(workdir, char_ckpt):
+    def ppl(dtype):
+        eval_ppl(workdir, f'--out_dir={char_ckpt}', '--ensemble=2', '--max_chunks=3', '--device=cpu',
+                 f'--dtype={dtype}', f'--out_json=ppl-{dtype}.json')
+        result = json.load(open(workdir / f'ppl-{dtype}.json'))
+        assert result['dtype'] == dtype and result['l2r_dtype'] == 'float32'  # on the CPU
+        return result['results']['shakespeare_char']['ppl']
+    bf16, fp32 = ppl('bfloat16'), ppl('float32')
+    assert bf16['l2r'] == fp32['l2r']  # --l2r_dtype is its own setting
+    for m in ('1', '2'):  # any-order and M=2: bf16 autocast rounds, a little
+        assert bf16[m] != fp32[m] and bf16[m] == pytest.approx(fp32[m], rel=0.01)
+
+
 def test_cli_bpe_sets(workdir, bpe_ckpt):
     data_dir = needs('gpt2_bpe', 'wikitext2', 'ptb', 'lambada')
     out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--dataset=wikitext2,ptb,lambada', f'--data_dir={data_dir}',

@@ -152,6 +152,10 @@ def test_recipes_are_the_authors():
     assert small['learning_rate'] == nocl['learning_rate'] == 6e-4 and medium['learning_rate'] == 3e-4
     assert (medium['n_layer'], medium['n_head'], medium['n_embd']) == (24, 16, 1024)
     assert small['order'] == 'mixed' and small['random_ratio'] == 0.9 and nocl['random_ratio'] == 1.0
+    sigma = recipe('train_sigma_gpt_small')  # their sigma-GPT has no mixed mode; raw weights evaluated
+    assert sigma['order'] == 'random' and sigma['target_injection'] == 'add' and sigma['ema_decay'] == 0.0
+    same = set(small) - {'order', 'ema_decay', 'out_dir', 'wandb_run_name'}  # the rest is AO-GPT small's recipe
+    assert {k: sigma[k] for k in same} == {k: small[k] for k in same}
     for name, order in [('l2r', 'l2r'), ('fixed_random', 'fixed_random'), ('block_random', 'block_random')]:
         c = recipe(f'train_order_{name}')
         assert c['order'] == order and tokens_per_iter(c) == 524_288

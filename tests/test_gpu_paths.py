@@ -1,0 +1,75 @@
+"""What a GPU run uses, exercised on the CPU: bf16 autocast, torch.compile (inductor's CPU backend,
+which needs a C++ compiler) in training, cached sampling and ensembled evaluation, and the MFU line.
+Each compiled run is compared with the same run uncompiled. The models are tiny: compiling dominates."""
+import json
+import math
+import re
+
+import pytest
+
+import conftest
+from conftest import run_script
+from model import GPT, GPTConfig
+
+pytestmark = pytest.mark.slow
+TRAIN = ['--dataset=shakespeare_char', *conftest.TINY, '--max_iters=10', '--eval_interval=5', '--learning_rate=3e-3',
+         '--peak_flops=1e9']
+
+
+def train_bf16(workdir, compile):
+    out_dir = f'out-bf16-compile-{compile}'
+    out = run_script('train.py', *TRAIN, '--dtype=bfloat16', f'--compile={compile}', f'--out_dir={out_dir}', cwd=workdir)
+    return out.stdout, [json.loads(line) for line in open(workdir / out_dir / 'metrics.jsonl')]
+
+
+@pytest.fixture(scope='module')
+def bf16_eager(workdir):
+    return train_bf16(workdir, False)
+
+
+def test_bf16_autocast_training(bf16_eager):
+    out, records = bf16_eager
+    assert [r['iter'] for r in records] == [0, 5, 10]
+    losses = [float(v) for v in re.findall(r'loss (\S+),', out)]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+    assert records[-1]['val_ao'] < records[0]['val_ao'] - 0.1 and records[-1]['val_l2r'] < records[0]['val_l2r'] - 0.1
+
+
+def test_mfu_line(bf16_eager):
+    # PaLM's estimate, restated: 6 flops per parameter and token, plus attention's 12 * layers * width * slots
+    out, _ = bf16_eager
+    n_params = sum(p.numel() for p in GPT(GPTConfig(block_size=32, vocab_size=65, n_layer=2, n_head=2, n_embd=32,
+                                                    cond_dim=16)).parameters())
+    flops_per_token = 6 * n_params + 12 * 2 * 32 * 33
+    lines = re.findall(r'([\d,]+) tok/s, mfu (\S+)%', out)
+    assert len(lines) == 2
+    for tokens_per_sec, mfu in lines:
+        expected = 100 * flops_per_token * float(tokens_per_sec.replace(',', '')) / 1e9  # --peak_flops=1e9
+        assert math.isfinite(float(mfu)) and float(mfu) == pytest.approx(expected, rel=5e-3, abs=0.006)
+
+
+def test_compiled_bf16_training_matches_eager(workdir, bf16_eager):
+    out, records = train_bf16(workdir, True)
+    assert 'compiling the model' in out
+    for compiled, eager in zip(records, bf16_eager[1], strict=True):
+        for key in ('train_l2r', 'val_l2r', 'train_ao', 'val_ao'):
+            assert compiled[key] == pytest.approx(eager[key], abs=5e-3), (compiled['iter'], key)
+
+
+def test_compiled_cached_sampling_matches_eager(workdir, char_ckpt):
+    # one token per step, a random order: two compiled graphs (the first step, whose cache is empty, and the rest)
+    def samples(compile):
+        out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=2', '--device=cpu', '--dtype=float32',
+                         f'--compile={compile}', cwd=workdir).stdout
+        texts = ''.join(line for line in out.splitlines(True) if not line.startswith('override: '))
+        return texts.split('\n---------------\n')[:-1]
+    compiled, eager = samples(True), samples(False)
+    assert compiled == eager and len(compiled) == 2 and all(len(text) == 32 for text in compiled)
+
+
+def test_compiled_ensemble_evaluation_matches_eager(workdir, char_ckpt):
+    rows = [run_script('eval_ppl.py', f'--out_dir={char_ckpt}', '--ensemble=2', '--max_chunks=3', '--device=cpu',
+                       f'--compile={compile}', cwd=workdir).stdout.splitlines()[-1].split() for compile in (True, False)]
+    assert rows[0][:2] == rows[1][:2] == ['shakespeare_char', '96']
+    for compiled, eager in zip(rows[0][2:5], rows[1][2:5]):  # l2r, any-order, M=2
+        assert float(compiled) == pytest.approx(float(eager), rel=1e-4)
