@@ -52,7 +52,6 @@ none of the wasted vocabulary projections.
 import json
 import math
 import os
-import re
 import time
 from contextlib import nullcontext
 
@@ -62,9 +61,11 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
+from benchmarks import (MAP_BATCH, MAP_SHARDS, SETS, chunk, concatenation, encode_rows, load_rows, paper_chunks,
+                        read_text_file)
 from common import (DTYPES, GPT2_VOCAB, autocast, check_device, check_vocab, checkpoint_path, checkpoint_tokens,
-                    dataset_vocab, default_device, gpt2_encoding, load_hf_causal_lm, print_table, read_checkpoint,
-                    read_jsonl, read_lines, release_freed_memory)
+                    dataset_vocab, default_device, load_hf_causal_lm, print_table, read_checkpoint,
+                    release_freed_memory)
 from configurator import at_least, check_settings, fail, one_of
 
 # -----------------------------------------------------------------------------
@@ -89,179 +90,16 @@ compile = False  # torch.compile the model's forward, with dynamic shapes (the q
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 # -----------------------------------------------------------------------------
 
-LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
 BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
 SPLITS = ('test', 'validation', 'train')
 PIPELINES = ('paper', 'clean')
 HF_GPT2 = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')
-MAP_SHARDS, MAP_BATCH = 8, 1000  # the authors' datasets.map(batched=True, num_proc=8) and its batch size
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
-
-
-# -----------------------------------------------------------------------------
-# detokenizers: the authors' rules (those of SEDD's data pipeline), in their order, on each row
-
-
-def wikitext_detokenize(text):
-    text = text.replace("s '", "s'")
-    for mark in '-,.':  # number separators: 1 @,@ 000 -> 1,000
-        text = text.replace(f' @{mark}@ ', mark)
-    for mark in ':;.!?,':  # only between spaces: ' , ' -> ', '
-        text = text.replace(f' {mark} ', f'{mark} ')
-    for left, right in ('()', '[]', '{}', '""', "''"):  # no spaces just inside a pair
-        text = re.sub(rf'{re.escape(left)}\s*([^{re.escape(right)}]*?)\s*{re.escape(right)}', rf'{left}\1{right}', text)
-    for a, b in (('= = = =', '===='), ('= = =', '==='), ('= =', '=='), (' \u00b0 ', '\u00b0'), (' \n', '\n'),
-                 ('\n ', '\n'), (' N ', ' 1 '), (" 's", "'s")):
-        text = text.replace(a, b)
-    return text
-
-
-def ptb_detokenize(text):
-    for a, b in ((" 's", "'s"), ("s ' ", "s' "), (" n't", "n't"), (" \n ", "\n"), ('\\/', '/')):
-        text = text.replace(a, b)
-    for _ in range(10):  # overlapping matches: ' N N ' needs more than one pass
-        text = text.replace(' N ', ' 1 ')
-    for a, b in (('$ 1', '$1'), ('# 1', '#1'), ('<unk>', '?')):
-        text = text.replace(a, b)
-    return text
-
-
-def lm1b_detokenize(text):
-    text = text.replace('http : / / ', 'http://').replace('https : / / ', 'https://')
-    text = re.sub(r" '(\w+)", r"'\1", text)
-    text = re.sub(r' (\w+) \. ', r' \1. ', text)
-    text = re.sub(r' (\w+) \.$', r' \1.', text)
-    for mark in '?!':
-        text = re.sub(rf' \{mark}$', mark, text.replace(f' {mark} ', f'{mark} '))
-    for a, b in ((' , ', ', '), (' : ', ': '), (' ; ', '; '), (' / ', '/')):
-        text = text.replace(a, b)
-    for left, right in ('""', "''", '()', '[]'):  # no spaces just inside a pair
-        inner = re.escape(left) if left == right else re.escape(left + right)
-        text = re.sub(rf'{re.escape(left)} ([^{inner}]+) {re.escape(right)}', rf'{left}\1{right}', text)
-    return text.replace('$ ', '$').replace('\u00a3 ', '\u00a3')
-
-
-def lambada_detokenize(text):
-    return '\n' + text.replace('\u201c', '"').replace('\u201d', '"').strip()
-
-
-# -----------------------------------------------------------------------------
-# rows: each set's documents exactly as the Hugging Face Hub serves them
-
-
-def read_text_file(path):
-    """Rows of a local .txt (one per line) or .jsonl ({"text": ...} per line, blank lines skipped)."""
-    if not path.endswith('.jsonl'):
-        return read_lines(path)
-    rows = []
-    for number, record in read_jsonl(path, 'one {"text": ...}'):
-        if not isinstance(record, dict) or not isinstance(record.get('text'), str):
-            fail(f'{path} line {number} has no "text" string; a .jsonl file holds one {{"text": ...}} per line')
-        rows.append(record['text'])
-    return rows
-
-
-def wikitext_rows(path):
-    """Salesforce/wikitext's rows: each raw line with its newline (and leading space); a blank line is ''."""
-    return [line + '\n' if line.strip() else '' for line in read_lines(path)]
-
-
-def ptb_rows(path):
-    """ptb_text_only's sentences: the stripped lines."""
-    return [line.strip() for line in read_lines(path)]
-
-
-# name -> Hub (path, config, column) or URL, local files per split, their rows, detokenizer
-SETS = {
-    'wikitext2': (('Salesforce/wikitext', 'wikitext-2-raw-v1', 'text'),
-                  {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
-                  wikitext_rows, wikitext_detokenize),
-    # WikiText-103 shares its validation and test splits with WikiText-2
-    'wikitext103': (('Salesforce/wikitext', 'wikitext-103-raw-v1', 'text'),
-                    {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
-                    wikitext_rows, wikitext_detokenize),
-    'ptb': (('ptb_text_only', None, 'sentence'),
-            {'test': 'ptb/ptb.test.txt', 'validation': 'ptb/ptb.valid.txt'}, ptb_rows, ptb_detokenize),
-    'lambada': (LAMBADA_URL, {'test': 'lambada/lambada_test.jsonl'}, read_text_file, lambada_detokenize),
-    'lm1b': (('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'}, read_lines,
-             lm1b_detokenize),
-}
 KNOWN = (*SETS, *BIN_SETS)
 
 
-def download(url):
-    import requests
-    path = os.path.join(os.path.expanduser('~/.cache/ao-gpt'), os.path.basename(url))
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        response = requests.get(url, timeout=60)
-        response.raise_for_status()
-        with open(path + '.tmp', 'wb') as f:
-            f.write(response.content)
-        os.replace(path + '.tmp', path)
-    return path
-
-
-def load_rows(name):
-    """The rows of a known set: from data_dir if given, else from the Hub / URL."""
-    source, local, local_rows, _ = SETS[name]
-    if data_dir:
-        if split not in local:
-            fail(f"{name} has no local '{split}' split (local: {', '.join(local)}); drop --data_dir to "
-                 f"load it from the Hub, or pass --data_file")
-        path = os.path.join(data_dir, local[split])
-        if not os.path.exists(path):
-            fail(f'{path} not found (the local copy of {name} {split})')
-        return local_rows(path)
-    try:
-        if isinstance(source, str):  # LAMBADA: OpenAI's file, test split only
-            if split != 'test':
-                fail(f"lambada has only a 'test' split, got --split={split}")
-            return read_text_file(download(source))
-        from datasets import load_dataset
-        path, config, column = source
-        return list(load_dataset(path, config, split=split)[column])
-    except (ConnectionError, OSError, ImportError) as e:
-        fail(f'could not fetch {name} ({type(e).__name__}: {str(e).splitlines()[0]}); without network, '
-             f'point --data_dir at local copies or pass --data_file=path')
-
-
 # -----------------------------------------------------------------------------
-# chunks
-
-
-def encode_rows(rows, detokenize=None):
-    """GPT-2 BPE of each (detokenized) row followed by end-of-text; an empty row is end-of-text alone."""
-    enc = gpt2_encoding()
-    texts = [detokenize(row) for row in rows] if detokenize else rows
-    return [doc + [enc.eot_token] for doc in enc.encode_ordinary_batch(texts)]
-
-
-def chunk(ids, n):
-    """Cut a token stream into (N, n) chunks, dropping the remainder."""
-    n_chunks = len(ids) // n
-    return torch.from_numpy(np.asarray(ids[:n_chunks * n], dtype=np.int64).reshape(n_chunks, n))
-
-
-def contiguous_shards(n_rows, n_shards):
-    """[start, end) of datasets' contiguous shards (Dataset.shard(contiguous=True)): the first
-    n_rows % n_shards shards get one row more; map lowers num_proc to the number of rows."""
-    n_shards = min(n_shards, n_rows)
-    size, extra = divmod(n_rows, n_shards)
-    starts = [i * size + min(i, extra) for i in range(n_shards + 1)]
-    return list(zip(starts, starts[1:]))
-
-
-def concatenation(docs):
-    return np.concatenate([np.asarray(doc, dtype=np.int64) for doc in docs])
-
-
-def paper_chunks(docs, n):
-    """The authors' chunks: each map batch (MAP_BATCH rows of one of MAP_SHARDS contiguous shards) is
-    concatenated and cut into n-token chunks on its own, its remainder dropped."""
-    chunks = [chunk(concatenation(docs[b:min(b + MAP_BATCH, end)]), n)
-              for start, end in contiguous_shards(len(docs), MAP_SHARDS) for b in range(start, end, MAP_BATCH)]
-    return torch.cat(chunks)
+# chunks (the sets' rows and the paper's chunking are in benchmarks.py)
 
 
 def make_chunks(docs, n):
@@ -278,7 +116,7 @@ def load_tokens(name):
         if os.path.getsize(path) == 0 or os.path.getsize(path) % 2:
             fail(f'{path} is not a token file: expected uint16 token ids, got {os.path.getsize(path)} bytes')
         return [np.memmap(path, dtype=np.uint16, mode='r')], dataset_vocab(os.path.dirname(path))
-    rows = read_text_file(name) if name == data_file else load_rows(name)
+    rows = read_text_file(name) if name == data_file else load_rows(name, split, data_dir)
     if not any(row.strip() for row in rows):
         fail(f'{name} holds no text')
     if pipeline == 'clean':

@@ -61,22 +61,19 @@ def skip_without(names):
 def fetch(name):
     """Whether `name` can be had without the mirror, the scripts' own way (which stops with a one-line
     error when it cannot); what it fetches stays in the library's cache for the tests to read."""
-    import eval_ppl
+    from benchmarks import load_rows
     from common import gpt2_encoding
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(eval_ppl, 'data_dir', '')
-        patch.setattr(eval_ppl, 'split', 'test')
-        try:
-            gpt2_encoding() if name == 'gpt2_bpe' else eval_ppl.load_rows(name)
-        except SystemExit:
-            return False
+    try:
+        gpt2_encoding() if name == 'gpt2_bpe' else load_rows(name, 'test')
+    except SystemExit:
+        return False
     return True
 
 
 def find(name):
-    """Where the tests get `name` ('gpt2_bpe' or an eval_ppl.py set, test split): 'mirror', 'download' or None."""
+    """Where the tests get `name` ('gpt2_bpe' or a benchmark set, test split): 'mirror', 'download' or None."""
     if name not in _found:
-        from eval_ppl import SETS
+        from benchmarks import SETS
         local = name in SETS and DATA_DIR and os.path.exists(os.path.join(DATA_DIR, SETS[name][1]['test']))
         _found[name] = 'mirror' if local else 'download' if fetch(name) else None
     return _found[name]
@@ -84,7 +81,7 @@ def find(name):
 
 def needs(*names):
     """Skip the calling test, with one line, unless it can have each of names ('gpt2_bpe' or an
-    eval_ppl.py set: 'wikitext2', 'ptb', 'lambada'); return the --data_dir that gives it the sets:
+    benchmark set: 'wikitext2', 'ptb', 'lambada'); return the --data_dir that gives it the sets:
     the mirror, or '' (the download, already in the cache). Also a marker: @pytest.mark.needs(...)."""
     where = {name: find(name) for name in names}
     missing = [name for name in names if where[name] is None]

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import eval_ppl as module
+from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, paper_chunks, ptb_detokenize,
+                        wikitext_detokenize)
 from conftest import needs, one_line_error, peak_memory_run, run_script
-from eval_ppl import (encode_rows, ensemble_logprobs, ensemble_sizes, evaluate, lambada_detokenize, lm1b_detokenize,
-                      load_rows, load_tokens, make_chunks, paper_chunks, ptb_detokenize, random_context_orders,
-                      wikitext_detokenize)
+from eval_ppl import ensemble_logprobs, ensemble_sizes, evaluate, load_tokens, make_chunks, random_context_orders
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
 
@@ -74,12 +74,12 @@ def test_detokenizers_follow_the_authors_rules():
     assert lambada_detokenize('  “Hi,” she said, ‘ok’ ') == '\n"Hi," she said, ‘ok’'  # double quotes only
 
 
-def test_rows_are_taken_as_the_hub_serves_them(monkeypatch):
-    monkeypatch.setattr(module, 'data_dir', needs('wikitext2', 'ptb'))  # the mirror's files, or the Hub's rows
-    wikitext = load_rows('wikitext2')
+def test_rows_are_taken_as_the_hub_serves_them():
+    data_dir = needs('wikitext2', 'ptb')  # the mirror's files, or the Hub's rows
+    wikitext = load_rows('wikitext2', 'test', data_dir)
     assert len(wikitext) == 4358 and wikitext.count('') == 1467  # a blank line is an empty row, kept
     assert wikitext[:2] == ['', ' = Robert Boulter = \n']
-    ptb = load_rows('ptb')
+    ptb = load_rows('ptb', 'test', data_dir)
     assert len(ptb) == 3761 and ptb[0] == "no it was n't black monday"
 
 
