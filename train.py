@@ -27,6 +27,7 @@ import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from benchmarks import SETS, encode_rows, load_rows, paper_chunks
 from common import (autocast, check_device, check_vocab, checkpoint_path, checkpoint_tokens, dataset_vocab,
                     default_device, default_dtype, read_checkpoint)
 from model import (GPT, GPTConfig, ORDER_MODES, TARGET_INJECTIONS, load_weights_only, make_ema, make_fixed_order,
@@ -51,6 +52,8 @@ dataset = 'openwebtext'
 gradient_accumulation_steps = 64  # summed over all processes: 16 x 1024 x 64 = 1,048,576 tokens per iteration
 batch_size = 16  # micro-batch size per process
 block_size = 1024
+val_dataset = ''  # '': val losses on the dataset's val.bin; or a benchmark set (e.g. wikitext103, as the authors)
+data_dir = os.environ.get('AOGPT_DATA_DIR', '')  # with val_dataset: local copies, as eval_ppl.py; '': the Hub
 # training orders
 order = 'mixed'  # one of ORDER_MODES
 random_ratio = 0.9  # 'mixed': fraction of sequences in a random order (the rest left-to-right)
@@ -92,6 +95,7 @@ config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
 # every setting is checked before any work (and, under torchrun, before the processes meet)
 
+VAL_SETS = ('wikitext2', 'wikitext103', 'ptb')  # the benchmark sets with a validation split
 check_settings(globals(), {
     **dict.fromkeys(['batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
                      'eval_iters', 'n_layer', 'n_head', 'n_embd', 'cond_dim', 'order_block'], at_least(1)),
@@ -100,6 +104,7 @@ check_settings(globals(), {
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
     'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
+    'val_dataset': (lambda v: v in ('', *VAL_SETS), f"'' (the dataset's val.bin) or one of {', '.join(VAL_SETS)}"),
 })
 if decay_lr and lr_decay_iters <= warmup_iters:
     fail(f'--lr_decay_iters ({lr_decay_iters}) must be larger than --warmup_iters ({warmup_iters})')
@@ -169,14 +174,14 @@ if init_from != 'scratch':
 if not dataset:
     found = sorted(d.name for d in os.scandir('data') if d.is_dir()) if os.path.isdir('data') else []
     fail(f"--dataset is empty: name a folder of data/ ({', '.join(found) or 'there is none here'})")
-data_dir = os.path.join('data', dataset)
+dataset_dir = os.path.join('data', dataset)
 for split in ('train', 'val'):
-    path = os.path.join(data_dir, f'{split}.bin')
+    path = os.path.join(dataset_dir, f'{split}.bin')
     if not os.path.exists(path):
         fail(f'{path} not found: run python data/{dataset}/prepare.py first')
     if os.path.getsize(path) // 2 <= block_size:
         fail(f'{path} holds fewer than block_size={block_size} tokens: use a smaller --block_size')
-data_vocab, data_size = dataset_vocab(data_dir)
+data_vocab, data_size = dataset_vocab(dataset_dir)
 vocab_size = GPTConfig.vocab_size if data_vocab == 'gpt2' else data_size  # GPT-2's table is padded
 
 
@@ -193,6 +198,23 @@ def check_out_dir():
 
 if not eval_only:
     check_out_dir()
+
+
+def benchmark_chunks():
+    """The paper's chunks of val_dataset's validation split, in whole batches, at most eval_iters of them."""
+    if data_vocab != 'gpt2':
+        fail(f'--val_dataset={val_dataset} is GPT-2 BPE text but {dataset} has its own vocabulary ({dataset_dir}/meta.pkl): '
+             f'use a GPT-2 BPE dataset, or no --val_dataset')
+    docs = encode_rows(load_rows(val_dataset, 'validation', data_dir), SETS[val_dataset][3])
+    chunks = paper_chunks(docs, block_size)
+    n_batches = min(len(chunks) // batch_size, eval_iters)
+    if n_batches == 0:
+        fail(f'{val_dataset} validation makes {len(chunks)} chunks of {block_size} tokens, fewer than '
+             f'--batch_size={batch_size}: use a smaller --batch_size or --block_size')
+    return chunks[:n_batches * batch_size]
+
+
+val_chunks = benchmark_chunks() if val_dataset else None
 
 # distributed setup: torchrun sets RANK; one process per device
 ddp = int(os.environ.get('RANK', -1)) != -1 and int(os.environ.get('WORLD_SIZE', 1)) > 1
@@ -212,6 +234,8 @@ master_process = ddp_rank == 0
 tokens_per_iter = gradient_accumulation_steps * ddp_world_size * batch_size * block_size
 if master_process:
     print(f'tokens per iteration: {tokens_per_iter:,}')
+    if val_dataset:
+        print(f'val losses on {val_dataset} validation: {len(val_chunks)} chunks of {block_size} tokens')
 
 device_type = torch.device(device).type
 if device_type == 'cuda':
@@ -222,13 +246,24 @@ ctx = autocast(device, dtype)
 
 def get_batch(split, order_mode, generator=None):
     # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
-    data = np.memmap(os.path.join(data_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+    data = np.memmap(os.path.join(dataset_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
     x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
     o = sample_orders(order_mode, batch_size, block_size, generator, random_ratio, fixed_order)
     if device_type == 'cuda':
         return x.pin_memory().to(device, non_blocking=True), o.pin_memory().to(device, non_blocking=True)
     return x.to(device), o.to(device)
+
+
+def eval_batches(split, order_mode, generator):
+    """The batches of one evaluation: eval_iters random windows of the split, or for val with
+    val_dataset its chunks, in order."""
+    if split == 'val' and val_chunks is not None:
+        for x in val_chunks.split(batch_size):
+            yield x.to(device), sample_orders(order_mode, batch_size, block_size, generator).to(device)
+    else:
+        for _ in range(eval_iters):
+            yield get_batch(split, order_mode, generator)
 
 
 def seed_iteration(iteration):
@@ -320,18 +355,17 @@ if ddp:
 
 @torch.no_grad()
 def estimate_losses():
-    """Mean EMA-weight loss on train and val, left-to-right and any-order (random orders)."""
+    """Mean EMA-weight loss on train and val (or val_dataset), left-to-right and any-order (random orders)."""
     generator = torch.Generator().manual_seed(seed)  # the same batches and orders every time
     out = {}
     for split in ('train', 'val'):
         for mode, name in (('l2r', 'l2r'), ('random', 'ao')):
-            losses = torch.zeros(eval_iters)
-            for k in range(eval_iters):
-                x, o = get_batch(split, mode, generator)
+            losses = []
+            for x, o in eval_batches(split, mode, generator):
                 with ctx:
                     _, loss = eval_model(x, o)
-                losses[k] = loss.item()
-            out[f'{split}_{name}'] = losses.mean().item()
+                losses.append(loss.item())
+            out[f'{split}_{name}'] = sum(losses) / len(losses)
     return out
 
 

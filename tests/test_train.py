@@ -9,7 +9,7 @@ import torch
 
 import conftest
 from configurator import read_config_file
-from conftest import ROOT, one_line_error, run_script
+from conftest import ROOT, needs, one_line_error, run_script
 from test_inputs import sized_data  # noqa: F401 (a fixture: datasets whose meta.pkl gives only vocab_size)
 
 TINY = ['--dataset=shakespeare_char', *conftest.TINY]
@@ -238,3 +238,25 @@ def test_order_file_needs_a_fixed_order_run(workdir, tmp_path):
         'error: --order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order=mixed)'
     assert 'order_file=nope.txt not found' in one_line_error('train.py', *TINY, '--order_file=nope.txt',
                                                              '--order=fixed_random', cwd=workdir)
+
+
+def test_val_losses_on_a_benchmark_sets_chunks(workdir, bpe_ckpt):  # bpe_ckpt writes data/webtext
+    data_dir = needs('gpt2_bpe', 'wikitext2')
+    run_script('train.py', *conftest.TINY, '--dataset=webtext', '--out_dir=out-val-wikitext2', '--max_iters=10',
+               '--eval_interval=10', '--learning_rate=1e-2', '--ema_decay=0.5', '--val_dataset=wikitext2',
+               f'--data_dir={data_dir}', cwd=workdir)
+    record = metrics(workdir, 'out-val-wikitext2')[-1]
+    # eval_ppl.py scores the same EMA weights on the same chunks: the first eval_iters x batch_size = 16
+    run_script('eval_ppl.py', '--out_dir=out-val-wikitext2', '--dataset=wikitext2', '--split=validation',
+               f'--data_dir={data_dir}', '--max_chunks=16', '--device=cpu', '--out_json=val-wikitext2.json', cwd=workdir)
+    ppl = json.load(open(workdir / 'val-wikitext2.json'))['results']['wikitext2']['ppl']
+    assert record['iter'] == 10 and record['val_l2r'] == pytest.approx(math.log(ppl['l2r']), rel=1e-5)
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--val_dataset=lambada'], "--val_dataset must be '' (the dataset's val.bin) or one of wikitext2, wikitext103, ptb"),
+    (['--val_dataset=wikitext2'], '--val_dataset=wikitext2 is GPT-2 BPE text but shakespeare_char has its own vocabulary'),
+])
+def test_bad_val_dataset_is_one_line(workdir, args, message):
+    assert message in one_line_error('train.py', *TINY, '--out_dir=out-bad-val', *args, cwd=workdir)
+
