@@ -235,6 +235,8 @@ def test_gpt2_baseline_errors_are_one_line(workdir, tiny_gpt2, tmp_path, monkeyp
     data = '--data_dir=nowhere'  # each error comes before any data is read
     assert 'is scored left-to-right only: --ensemble applies to AO-GPT checkpoints' in \
         one_line_error('eval_ppl.py', f'--init_from={tiny_gpt2}', '--dataset=ptb', data, '--ensemble=2', cwd=workdir)
+    assert '--compile applies to AO-GPT checkpoints, not to the Hugging Face model' in \
+        one_line_error('eval_ppl.py', f'--init_from={tiny_gpt2}', '--dataset=ptb', data, '--compile=True', cwd=workdir)
     assert f"could not load the Hugging Face model '{no_weights}'" in \
         one_line_error('eval_ppl.py', f'--init_from={no_weights}', '--dataset=ptb', data, cwd=workdir)
     assert 'the checkpoint reads GPT-2 BPE tokens but shakespeare_char holds' in \
