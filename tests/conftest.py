@@ -1,5 +1,6 @@
 """Shared test setup: offline defaults, where the data is, and the small corpora the tests make themselves."""
 import os
+import pickle
 import random
 import runpy
 import shutil
@@ -10,6 +11,7 @@ import tempfile
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -157,7 +159,6 @@ def workdir(tmp_path_factory):
     """A folder laid out like the repo's root for data, where the scripts run: data/shakespeare_char
     prepared by its prepare.py from synthetic_play, and authors.pt and sigma.pt, the AO-GPT and sigma-GPT
     parity fixtures written as the authors' trainers write a checkpoint (96 tokens, no vocabulary stored)."""
-    import torch
     from fixtures.reference import load, save_authors_checkpoint
     root = tmp_path_factory.mktemp('work')
     folder = root / 'data' / 'shakespeare_char'
@@ -211,7 +212,6 @@ def bpe_ckpt(workdir):
 def tiny_gpt2(tmp_path_factory):
     """A randomly initialised GPT-2 (GPT-2's vocabulary and 1024 positions, 16 wide) saved with
     save_pretrained: the offline stand-in for gpt2-medium / gpt2-large."""
-    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp('tiny-gpt2')
@@ -249,3 +249,53 @@ def one_line_error(script, *args, cwd):
         os.chdir(old)
     assert message.startswith('error: ') and '\n' not in message, message
     return message
+
+
+# -----------------------------------------------------------------------------
+# tiny models and what the scripts print
+
+
+def tiny_model(seed=0, **kw):
+    """A small AO-GPT in eval mode (block 16, 11 tokens) whose every weight matters."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(seed)
+    args = dict(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | kw
+    model = GPT(GPTConfig(**args)).eval()
+    with torch.no_grad():  # random (not the init's small) norm weights and biases, so every path matters
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.fixture(scope='module')
+def one_thread():
+    """Tiny models, here and in the scripts run: a second thread only adds syncing, costly on shared cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('OMP_NUM_THREADS', '1')
+        yield
+    torch.set_num_threads(threads)
+
+
+def samples(stdout):
+    """The printed samples: what follows the override lines and notes, each ended by a line of dashes."""
+    text = ''.join(line for line in stdout.splitlines(keepends=True) if not line.startswith(('override: ', 'note: ')))
+    return text.split('\n---------------\n')[:-1]
+
+
+@pytest.fixture(scope='session')
+def sized_data(workdir):
+    """Datasets whose meta.pkl gives only vocab_size (a tokenizer of the user's own), holding the
+    shakespeare_char ids: data/sized65 (as many ids as its characters) and data/sized96; and
+    bad/sized96/big_ids.bin, ids past its 96."""
+    for name, size in [('sized65', 65), ('sized96', 96)]:
+        folder = workdir / 'data' / name
+        folder.mkdir(exist_ok=True)
+        for split in ('train', 'val'):
+            shutil.copy(workdir / 'data' / 'shakespeare_char' / f'{split}.bin', folder)
+        (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': size}))
+    folder = workdir / 'bad' / 'sized96'
+    folder.mkdir(parents=True, exist_ok=True)
+    np.arange(5000, dtype=np.uint16).tofile(folder / 'big_ids.bin')
+    (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': 96}))

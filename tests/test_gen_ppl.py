@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import gen_ppl
-from conftest import ROOT, one_line_error
-from test_model import tiny_model
-from test_sample import one_thread  # noqa: F401 (autouse: tiny models run on one thread)
+from conftest import ROOT, one_line_error, tiny_model
+
+pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
 
 def records_of(rows, known=()):

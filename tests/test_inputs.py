@@ -4,7 +4,6 @@ import io
 import json
 import math
 import os
-import pickle
 import runpy
 import shutil
 import sys
@@ -14,9 +13,10 @@ import pytest
 import torch
 
 import conftest
-from conftest import one_line_error, run_script
+from conftest import one_line_error, run_script, samples
 from model import GPT, GPTConfig
-from test_sample import one_thread, samples  # noqa: F401 (autouse: tiny models run on one thread)
+
+pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
 AUTHORS = 'authors.pt'  # in workdir: the authors' format, 96 tokens, no vocab stored
 
@@ -260,23 +260,6 @@ def test_no_gpt2_bpe_offline_is_one_line(workdir, bpe_ckpt, tmp_path, monkeypatc
 # inputs that say less than ours (a tokenizer known by its size, no EMA weights): the scripts go on
 
 SIGMA = 'sigma.pt'  # in workdir: the authors' sigma-GPT format, raw weights only, 96 tokens
-
-
-@pytest.fixture(scope='module')
-def sized_data(workdir):
-    """Datasets whose meta.pkl gives only vocab_size (a tokenizer of the user's own), holding the
-    shakespeare_char ids: data/sized65 (as many ids as its characters) and data/sized96; and
-    bad/sized96/big_ids.bin, ids past its 96."""
-    for name, size in [('sized65', 65), ('sized96', 96)]:
-        folder = workdir / 'data' / name
-        folder.mkdir(exist_ok=True)
-        for split in ('train', 'val'):
-            shutil.copy(workdir / 'data' / 'shakespeare_char' / f'{split}.bin', folder)
-        (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': size}))
-    folder = workdir / 'bad' / 'sized96'
-    folder.mkdir(parents=True, exist_ok=True)
-    np.arange(5000, dtype=np.uint16).tofile(folder / 'big_ids.bin')
-    (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': 96}))
 
 
 def stripped(workdir, char_ckpt, name, *keys):

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from conftest import tiny_model
 from fixtures.reference import load
 from model import (GPT, GPTConfig, KVCache, decode_step, load_checkpoint, make_ema, make_fixed_order,
                    reference_state_dict, sample_orders)
@@ -19,16 +20,6 @@ def reference_model(fixture, use_ema=True):
     model = GPT(GPTConfig(**fixture['model_args']))
     model.load_state_dict(reference_state_dict(fixture, use_ema))
     return model.eval()
-
-
-def tiny_model(seed=0, **kw):
-    torch.manual_seed(seed)
-    args = dict(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | kw
-    model = GPT(GPTConfig(**args)).eval()
-    with torch.no_grad():  # random (not the init's small) norm weights and biases, so every path matters
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model
 
 
 @pytest.mark.parametrize('weights', ['ema', 'model'])
@@ -240,3 +231,4 @@ def test_attention_dropout_only_in_sigma_gpt(injection):
     expected, _ = model.eval()(x, order)
     logits, _ = model.train()(x, order)
     assert torch.equal(logits, expected) == (injection == 'adaln')
+

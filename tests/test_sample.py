@@ -6,10 +6,11 @@ import pytest
 import torch
 
 import sample
-from conftest import run_script
+from conftest import run_script, samples, tiny_model
 from fixtures.reference import load
 from sample import filter_probs, generate, inverse_cdf, parse_infill, sample_tokens, step_sizes
-from test_model import tiny_model
+
+pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
 T = 16  # tiny_model's block_size
 KNOWN = {
@@ -17,17 +18,6 @@ KNOWN = {
     'prefix': [True] * 5 + [False] * 11,
     'infill': [True, True, False, False, False, True, True, True, False, False, True, False, False, False, False, True],
 }
-
-
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    """Tiny models, here and in the scripts run: a second thread only adds syncing, costly on shared cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('OMP_NUM_THREADS', '1')
-        yield
-    torch.set_num_threads(threads)
 
 
 def uncached_logits(model, x, prefix, candidates):
@@ -233,12 +223,6 @@ def test_prompts_that_do_not_fit(start, infill, max_new_tokens, message):
 @pytest.fixture(scope='module')
 def checkpoint(workdir, char_ckpt):
     return workdir
-
-
-def samples(stdout):
-    """The printed samples: what follows the override lines and notes, each ended by a line of dashes."""
-    text = ''.join(line for line in stdout.splitlines(keepends=True) if not line.startswith(('override: ', 'note: ')))
-    return text.split('\n---------------\n')[:-1]
 
 
 @pytest.mark.parametrize('args,prefix', [

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 import conftest
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, samples
 from fixtures.reference import load
 from model import GPT, GPTConfig, load_checkpoint, make_ema, weights_read
-from test_sample import samples
 
 
 @pytest.fixture(scope='module')

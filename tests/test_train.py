@@ -10,7 +10,6 @@ import torch
 import conftest
 from configurator import read_config_file
 from conftest import ROOT, needs, one_line_error, run_script
-from test_inputs import sized_data  # noqa: F401 (a fixture: datasets whose meta.pkl gives only vocab_size)
 
 TINY = ['--dataset=shakespeare_char', *conftest.TINY]
 
