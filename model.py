@@ -39,6 +39,7 @@ class GPTConfig:
     n_head: int = 12
     n_embd: int = 768
     cond_dim: int = 128  # width of the target-position embedding fed to adaLN
+    target_init_std: float = 0.02  # init std of the target-position embedding (the authors': 0.02)
     dropout: float = 0.0
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see above
@@ -208,7 +209,9 @@ class GPT(nn.Module):
             nn.init.normal_(weight, std=std)
 
     def _init_weights(self, module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if module is self.transformer.wtpe:
+            self._init_normal(module.weight, self.config.target_init_std)
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
             self._init_normal(module.weight, 0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)

@@ -64,6 +64,7 @@ n_layer = 12
 n_head = 12
 n_embd = 768
 cond_dim = 128
+target_init_std = 0.02  # init std of the target-position embedding (the authors'); see train_shakespeare_char.py
 dropout = 0.0
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
@@ -103,6 +104,7 @@ check_settings(globals(), {
     'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
+    'target_init_std': above(0),
     'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
     'val_dataset': (lambda v: v in ('', *VAL_SETS), f"'' (the dataset's val.bin) or one of {', '.join(VAL_SETS)}"),
 })
@@ -277,8 +279,10 @@ def seed_iteration(iteration):
 
 def check_resumed_settings(config):
     """Fail if a model setting given in a config file or flag differs from the resumed checkpoint's:
-    the checkpoint's architecture is the one that goes on."""
-    given = {f.name: overridden[f.name] for f in fields(GPTConfig) if f.name in overridden}
+    the checkpoint's architecture is the one that goes on. target_init_std shapes only the initial
+    weights, which the resume replaces."""
+    names = [f.name for f in fields(GPTConfig) if f.name in overridden and f.name != 'target_init_std']
+    given = {k: overridden[k] for k in names}
     differ = [k for k, v in given.items() if v != getattr(config, k)]
     if differ:
         flags = ', '.join(f'--{k}={given[k]}' for k in differ)
@@ -288,7 +292,8 @@ def check_resumed_settings(config):
 
 
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
-                  vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_injection=target_injection)
+                  vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_init_std=target_init_std,
+                  target_injection=target_injection)
 iter_num = 0
 resumed_at = None
 checkpoint = None

@@ -232,3 +232,19 @@ def test_attention_dropout_only_in_sigma_gpt(injection):
     logits, _ = model.train()(x, order)
     assert torch.equal(logits, expected) == (injection == 'adaln')
 
+
+
+@pytest.mark.parametrize('injection', ['adaln', 'add'])
+def test_target_init_std_scales_only_the_target_position_embedding(injection):
+    # the same random draws, so a run with another target_init_std differs only in that table
+    def init(std):
+        torch.manual_seed(0)
+        return GPT(GPTConfig(block_size=16, vocab_size=40, n_layer=2, n_head=2, n_embd=32, cond_dim=16,
+                             target_init_std=std, target_injection=injection)).state_dict()
+    small, large = init(0.02), init(1.0)
+    for name, weight in small.items():
+        if name == 'transformer.wtpe.weight':
+            torch.testing.assert_close(large[name], weight * 50, rtol=1e-5, atol=0)
+            assert 0.8 < large[name].std() < 1.2
+        else:
+            assert torch.equal(large[name], weight), name
