@@ -205,8 +205,8 @@ if not eval_only:
 def benchmark_chunks():
     """The paper's chunks of val_dataset's validation split, in whole batches, at most eval_iters of them."""
     if data_vocab != 'gpt2':
-        fail(f'--val_dataset={val_dataset} is GPT-2 BPE text but {dataset} has its own vocabulary ({dataset_dir}/meta.pkl): '
-             f'use a GPT-2 BPE dataset, or no --val_dataset')
+        fail(f'--val_dataset={val_dataset} is GPT-2 BPE text but {dataset} has its own vocabulary '
+             f'({dataset_dir}/meta.pkl): use a GPT-2 BPE dataset, or no --val_dataset')
     docs = encode_rows(load_rows(val_dataset, 'validation', data_dir), SETS[val_dataset][3])
     chunks = paper_chunks(docs, block_size)
     n_batches = min(len(chunks) // batch_size, eval_iters)
