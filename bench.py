@@ -29,8 +29,10 @@ import time
 
 import torch
 
-from model import GPT, GPTConfig, KVCache, TARGET_INJECTIONS, decode_step, sample_orders
-from sample import generate, sample_tokens, step_sizes
+from engine import Engine, Sampling, generate, sample_tokens, step_sizes
+from model import GPT, GPTConfig, TARGET_INJECTIONS
+from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
+from training import sample_orders
 
 device = 'cpu'
 dtype = 'float32'  # 'float32', 'bfloat16' or 'float16'
@@ -43,7 +45,7 @@ cond_dim = 64
 block_size = 256
 batch_size = 4
 vocab_size = 50304
-steps = 4  # timed training steps per round
+train_steps = 4  # timed training steps per round
 rounds = 5
 run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
@@ -55,7 +57,7 @@ configure(globals(), config_keys, doc=__doc__)
 # -----------------------------------------------------------------------------
 BENCHMARKS = ('train', 'eval', 'sample', 'memory', 'arch')
 check_settings(globals(), {
-    **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'steps',
+    **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'train_steps',
                      'rounds', 'sample_block_size'], at_least(1)),
     'run': (lambda v: v and set(v.split(',')) <= set(BENCHMARKS), f"a comma list of {', '.join(BENCHMARKS)}"),
     'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
@@ -78,13 +80,13 @@ def build(T, injection='adaln'):
 
 
 def trainer(model):
-    """train_steps(mode, n): n whole training steps (orders in `mode`, forward, backward, AdamW) on one batch."""
+    """run_steps(mode, n): n whole training steps (orders in `mode`, forward, backward, AdamW) on one batch."""
     ctx = autocast(device, dtype)
     optimizer = model.configure_optimizers(0.05, 1e-4, (0.9, 0.95), torch.device(device).type)
     step_model = torch.compile(model) if compile else model
     x = torch.randint(vocab_size, (batch_size, block_size), device=device)
 
-    def train_steps(mode, n):
+    def run_steps(mode, n):
         for _ in range(n):
             order = sample_orders(mode, batch_size, block_size, random_ratio=0.9).to(device)
             with ctx:
@@ -93,7 +95,7 @@ def trainer(model):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         sync()
-    return train_steps
+    return run_steps
 
 
 def median_seconds(runs, n_rounds=None):
@@ -113,10 +115,10 @@ def median_seconds(runs, n_rounds=None):
 def bench_training():
     torch.manual_seed(seed)
     model = build(block_size)
-    train_steps = trainer(model)
+    run_steps = trainer(model)
     modes = ('l2r', 'mixed')
-    seconds = median_seconds({mode: lambda mode=mode: train_steps(mode, steps) for mode in modes})
-    tokens_per_sec = {mode: steps * batch_size * block_size / s for mode, s in seconds.items()}
+    seconds = median_seconds({mode: lambda mode=mode: run_steps(mode, train_steps) for mode in modes})
+    tokens_per_sec = {mode: train_steps * batch_size * block_size / s for mode, s in seconds.items()}
     print(f'training: {model.get_num_params() / 1e6:.1f}M params, batch {batch_size} x {block_size}, '
           f'{device} {dtype}{" compiled" if compile else ""}')
     for mode in modes:
@@ -131,7 +133,6 @@ def bench_eval(ns=(128, 256), members=8, slow_sample=16):
     The slow path costs the same for every target, so it is timed on every slow_sample-th target
     and scaled up; n=1024 is extrapolated from the two measured lengths.
     """
-    from eval_ppl import ensemble_logprobs, query_batches, random_context_orders
     torch.manual_seed(seed)
     model = build(max(ns)).eval()
     print(f'eval ensemble: {model.get_num_params() / 1e6:.1f}M params, M={members}, {device} float32')
@@ -167,19 +168,19 @@ def bench_eval(ns=(128, 256), members=8, slow_sample=16):
 
 
 @torch.no_grad()
-def sample_uncached(model, x, n_steps, generator, cache_dtype):
+def sample_uncached(model, x, n_steps, generator):
     """Encoder-style sampling in a random order: every step reads the start slot and all the tokens
-    decoded so far again (the KVCache is only scratch space for that one forward)."""
+    decoded so far again (the engine starts afresh at each step)."""
     B, T = x.shape
     order = torch.rand(B, T, generator=generator, device=x.device).argsort(1)
     start = torch.full((B, 1), -1, device=x.device)
-    scratch = KVCache(model.config, B, T, x.device, cache_dtype)
+    engine = Engine(model, B, T)
     done = 0
     for k in step_sizes(T, n_steps):
-        scratch.length = 0
+        engine.reset()
         positions, targets = torch.cat([start, order[:, :done]], 1), order[:, done:done + k]
-        logits = decode_step(model, scratch, x.gather(1, positions.clamp(min=0)), positions, targets)
-        x.scatter_(1, targets, sample_tokens(logits, 1.0, None, 1.0, generator))
+        logits = engine.step(x.gather(1, positions.clamp(min=0)), positions, targets)
+        x.scatter_(1, targets, sample_tokens(logits, Sampling(), generator))
         done += k
     return x
 
@@ -197,9 +198,9 @@ def bench_sampling():
         t0 = time.perf_counter()
         with ctx:
             if cached:
-                generate(model, x, known, n_steps, order=order, generator=generator)
+                generate(model, x, known, n_steps, policy=order, generator=generator)
             else:
-                sample_uncached(model, x, n_steps, generator, getattr(torch, dtype))
+                sample_uncached(model, x, n_steps, generator)
         sync()
         return time.perf_counter() - t0
 
@@ -223,7 +224,6 @@ def bench_memory(chunk_counts=(1, 3), members=2):
     """Peak memory of eval_ppl's evaluation (for 1 and 3 chunks: it must not grow) and of sample.py,
     at block sample_block_size with the bench's vocabulary. The ensemble's memory is bounded by
     max_tokens whatever M, so a small M keeps this quick."""
-    from eval_ppl import evaluate
     torch.manual_seed(seed)
     T = sample_block_size
     ctx = autocast(device, dtype)
@@ -234,7 +234,7 @@ def bench_memory(chunk_counts=(1, 3), members=2):
     for count in chunk_counts:
         chunks = torch.randint(vocab_size, (count, T))
         reset_peak_memory(device)
-        evaluate(model, chunks, members, 32768, seed, ctx)
+        score_chunks(model, chunks, members, 32768, seed, ctx)
         print(f'  eval_ppl  M={members}, {count} chunk(s) of {T}: {peak_memory_mb(device):8,.0f} MB')
     x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
     reset_peak_memory(device)
@@ -249,9 +249,9 @@ def bench_architectures():
     torch.manual_seed(seed)
     names = {'adaln': 'AO-GPT', 'add': 'sigma-GPT'}
     trainers = {inj: trainer(build(block_size, inj)) for inj in TARGET_INJECTIONS}
-    seconds = median_seconds({inj: lambda train_steps=train_steps: train_steps('mixed', steps)
-                              for inj, train_steps in trainers.items()})
-    tokens_per_sec = {inj: steps * batch_size * block_size / s for inj, s in seconds.items()}
+    seconds = median_seconds({inj: lambda run_steps=run_steps: run_steps('mixed', train_steps)
+                              for inj, run_steps in trainers.items()})
+    tokens_per_sec = {inj: train_steps * batch_size * block_size / s for inj, s in seconds.items()}
     T, n_steps = sample_block_size, min(int(n) for n in sample_steps.split(','))
     known = torch.zeros(T, dtype=torch.bool, device=device)
 

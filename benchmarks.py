@@ -1,8 +1,9 @@
 """
 The zero-shot benchmark sets as the authors' evaluation pipeline reads them: each set's rows exactly
 as the Hugging Face Hub serves them (or from local copies), their detokenizers, and the authors'
-cutting of the encoded rows into chunks. eval_ppl.py scores these chunks; train.py can report its
-validation loss on them (--val_dataset), as the authors' trainer does on WikiText-103.
+cutting of the encoded rows into chunks; also the tokenized sets of data/ and a user's own files.
+eval_ppl.py scores these chunks; train.py can report its validation loss on them (--val_dataset),
+as the authors' trainer does on WikiText-103.
 """
 import os
 import re
@@ -10,11 +11,12 @@ import re
 import numpy as np
 import torch
 
-from common import gpt2_encoding, read_jsonl, read_lines
+from common import GPT2_VOCAB, check_vocab, dataset_vocab, gpt2_encoding, read_jsonl, read_lines
 from configurator import fail
 
 LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
 MAP_SHARDS, MAP_BATCH = 8, 1000  # the authors' datasets.map(batched=True, num_proc=8) and its batch size
+PIPELINES = ('paper', 'clean')
 
 
 # -----------------------------------------------------------------------------
@@ -105,6 +107,8 @@ SETS = {
     'lm1b': (('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'}, read_lines,
              lm1b_detokenize),
 }
+BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
+KNOWN = (*SETS, *BIN_SETS)
 
 
 def download(url):
@@ -180,3 +184,46 @@ def paper_chunks(docs, n):
     chunks = [chunk(concatenation(docs[b:min(b + MAP_BATCH, end)]), n)
               for start, end in contiguous_shards(len(docs), MAP_SHARDS) for b in range(start, end, MAP_BATCH)]
     return torch.cat(chunks)
+
+
+def make_chunks(docs, n, pipeline='paper'):
+    """n-token chunks of token documents: the authors' ('paper') or of one concatenation ('clean')."""
+    return paper_chunks(docs, n) if pipeline == 'paper' else chunk(concatenation(docs), n)
+
+
+# -----------------------------------------------------------------------------
+# any set as token documents
+
+
+def load_tokens(name, split='test', data_dir='', pipeline='paper'):
+    """(token documents, (what their ids mean, how many ids): see common.dataset_vocab) of a known set
+    (its split; a set of data/ is its val.bin) or of a .txt, .jsonl or .bin file. A .bin token file
+    is one document, read with the meta.pkl beside it if any. pipeline='clean' strips the rows of
+    text and skips the blank ones."""
+    if name in BIN_SETS or name.endswith('.bin'):
+        path = name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
+        if not os.path.exists(path):
+            fail(f'{path} not found' + ('' if name.endswith('.bin') else f': run python data/{name}/prepare.py'))
+        if os.path.getsize(path) == 0 or os.path.getsize(path) % 2:
+            fail(f'{path} is not a token file: expected uint16 token ids, got {os.path.getsize(path)} bytes')
+        return [np.memmap(path, dtype=np.uint16, mode='r')], dataset_vocab(os.path.dirname(path))
+    rows = load_rows(name, split, data_dir) if name in SETS else read_text_file(name)
+    if not any(row.strip() for row in rows):
+        fail(f'{name} holds no text')
+    if pipeline == 'clean':
+        rows = [row.strip() for row in rows if row.strip()]
+    return encode_rows(rows, SETS[name][3] if name in SETS else None), ('gpt2', GPT2_VOCAB)
+
+
+def check_tokens(name, docs, data, model, n):
+    """Fail unless the model reads this set's tokens (the same tokenizer or, where one side gives only
+    its vocabulary size, the same size; every id in range) and the set holds at least one block of
+    them. Returns check_vocab's note."""
+    note = check_vocab(model, data, name)
+    top = max(int(np.max(doc)) for doc in docs)
+    if top >= model[1]:
+        fail(f'{name} holds token id {top} but the checkpoint has only {model[1]} tokens')
+    total = sum(len(doc) for doc in docs)
+    if total < n:
+        fail(f'{name} has {total} tokens, fewer than one block of {n}')
+    return note

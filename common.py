@@ -1,26 +1,23 @@
 """
-What the scripts share besides the model: devices and dtypes, naming a checkpoint, tokenizers.
-
-Every script names its checkpoint the same way, with `init_from`:
-- 'resume': out_dir/ckpt.pt
-- a local path: one of our checkpoints or one of the authors' released ones
-- 'hf:owner/repo/path/in/repo': a file on the Hugging Face Hub, fetched once and cached by
-  huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>)
+What the scripts share besides the model: devices and dtypes, memory, checkpoints and tokenizers as
+one-line errors, the sampling settings and prompts of sample.py and gen_ppl.py, small file readers.
 """
 import ctypes
 import json
 import os
 import pickle
+import re
 import sys
 from contextlib import nullcontext
 
 import torch
 
-from configurator import fail, rank
-from model import load_checkpoint, weights_read
+from checkpoints import GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, load_checkpoint, weights_read
+from configurator import check_settings, fail, one_of, optional_int, rank
+from engine import CONFIDENCES, POLICIES, SCHEDULES, TOP_P_MODES
 
 DTYPES = ('float32', 'bfloat16', 'float16')
-GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
+SAMPLE_DTYPES = ('float64', 'float32')
 
 
 def default_device():
@@ -98,42 +95,24 @@ def _find_malloc_trim():
 _malloc_trim = _find_malloc_trim()
 
 
-def checkpoint_path(init_from, out_dir):
-    """The local file that init_from names (see the module docstring); one-line error if there is none."""
-    if init_from == 'resume':
-        path = os.path.join(out_dir, 'ckpt.pt')
-        if not os.path.isfile(path):
-            fail(f'no checkpoint at {path}: train one there first, or pass --out_dir or --init_from=path')
-        return path
-    if init_from.startswith('hf:'):
-        return hub_file(init_from)
-    if not os.path.isfile(init_from):
-        fail(f"checkpoint {init_from} not found (init_from takes 'resume', a path, or hf:owner/repo/file)")
-    return init_from
+def find_checkpoint(init_from, out_dir):
+    """The local file that init_from names (see checkpoints.py), or the script's one-line error."""
+    try:
+        return checkpoint_path(init_from, out_dir)
+    except CheckpointError as e:
+        fail(e)
 
 
 def read_checkpoint(path, device='cpu', use_ema=True):
-    """model.load_checkpoint, saying so in one line (rank 0) when a checkpoint without EMA weights gives
-    its raw ones."""
-    model, checkpoint = load_checkpoint(path, device, use_ema)
+    """checkpoints.load_checkpoint for a script: its error as the script's one line, and a note (rank 0)
+    when a checkpoint without EMA weights gives its raw ones."""
+    try:
+        model, checkpoint = load_checkpoint(path, device, use_ema)
+    except CheckpointError as e:
+        fail(e)
     if use_ema and weights_read(checkpoint) == 'raw' and rank() == 0:
         print(f'note: {path} holds no EMA weights: reading its raw weights')
     return model, checkpoint
-
-
-def hub_file(name):
-    """Fetch hf:owner/repo/path from the Hugging Face Hub into its cache; return the local path."""
-    owner, _, rest = name[3:].partition('/')
-    repo, _, filename = rest.partition('/')
-    if not (owner and repo and filename):
-        fail(f'{name} is not a Hub file name: use hf:owner/repo/path/in/repo')
-    try:
-        from huggingface_hub import hf_hub_download
-        return hf_hub_download(f'{owner}/{repo}', filename)
-    except Exception as e:  # the Hub raises many kinds (offline, missing repo or file, auth)
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        fail(f'could not fetch {filename} from the Hub repo {owner}/{repo} ({reason}); '
-             f'check the name, the network, or download it and pass its path')
 
 
 def dataset_vocab(folder):
@@ -149,20 +128,6 @@ def dataset_vocab(folder):
         fail(f'{path} holds no vocab_size: a meta.pkl is a dict with vocab_size (and itos, the characters)')
     size = int(meta['vocab_size'])
     return (''.join(meta['itos'][i] for i in range(size)) if 'itos' in meta else None), size
-
-
-def checkpoint_vocab(checkpoint, vocab_size):
-    """What a checkpoint's token ids mean: its characters (one string, in id order), 'gpt2', or
-    None when it does not say (a small vocabulary saved without its characters, or a run on a
-    dataset whose meta.pkl gives only vocab_size)."""
-    if 'vocab' in checkpoint:  # train.py always stores it
-        return checkpoint['vocab']
-    return 'gpt2' if vocab_size >= GPT2_VOCAB else None
-
-
-def checkpoint_tokens(checkpoint, vocab_size):
-    """(what a checkpoint's ids mean, how many of them are tokens), as check_vocab compares them."""
-    return checkpoint_vocab(checkpoint, vocab_size), token_count(checkpoint, vocab_size)
 
 
 def describe_vocab(vocab, size):
@@ -190,11 +155,6 @@ def check_vocab(model, data, name):
         return ''
     return (f"note: {' and '.join(unsaid)} {'give' if len(unsaid) > 1 else 'gives'} only a vocabulary size "
             f'({data[1]}), so the tokens cannot be checked: the ids are taken to be the same')
-
-
-def token_count(checkpoint, vocab_size):
-    """How many ids of a checkpoint's vocabulary are tokens: GPT-2's 50257 of a padded 50304-row table."""
-    return GPT2_VOCAB if checkpoint_vocab(checkpoint, vocab_size) == 'gpt2' else vocab_size
 
 
 def load_tokenizer(checkpoint, vocab_size):
@@ -243,6 +203,85 @@ def load_hf_causal_lm(name, device):
              f'or pass a local folder saved with save_pretrained')
     return model.to(device).eval()
 
+
+# -----------------------------------------------------------------------------
+# the sampling settings and prompts of sample.py and gen_ppl.py
+
+def parse_infill(template, marker, encode):
+    """Token ids and a known-mask for an infill template: marker is one masked token, and with a
+    count before its last character (e.g. [MASK:5]) that many."""
+    pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
+    ids, known, at = [], [], 0
+    for match in re.finditer(pattern, template):
+        text = encode(template[at:match.start()])
+        count = match.group(1)
+        if count is not None and not (count.isdecimal() and int(count) >= 1):
+            fail(f'{match.group(0)} in the infill template: a masked span needs a whole number of tokens, at least '
+                 f'one (as in {marker[:-1]}:5{marker[-1]})')
+        count = int(count or 1)
+        ids += text + [0] * count
+        known += [True] * len(text) + [False] * count
+        at = match.end()
+    if not known:
+        fail(f'the infill template has no {marker} marker')
+    text = encode(template[at:])
+    return ids + text, known + [True] * len(text)
+
+
+SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
+    'order': one_of(*POLICIES), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
+    'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
+    'max_new_tokens': optional_int(1),
+    'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
+}
+TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')
+TOP_P_RULE = (lambda v: 0 < v <= 1, 'in (0, 1]')
+
+
+def check_sampling(settings):
+    """The checks of SAMPLING_RULES, plus the device (MPS has no float64) and the prompt."""
+    check_settings(settings, SAMPLING_RULES)
+    if settings['start'] and settings['infill']:
+        fail('--start and --infill both give the prompt: put the start at the beginning of the infill template '
+             '(--infill="ROMEO: [MASK:20]")')
+    check_device(settings['device'], settings['dtype'])
+    if torch.device(settings['device']).type == 'mps' and settings['sample_dtype'] == 'float64':
+        fail('MPS has no float64: use --sample_dtype=float32 there')
+
+
+def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):
+    """The ids of one sample and which of them are known, from an infill template or a start prefix."""
+    if infill:
+        ids, known = parse_infill(infill, mask_token, encode)
+        if len(ids) > block_size:
+            fail(f'the infill template is {len(ids)} tokens long, more than block_size {block_size}')
+        return ids, known
+    text = start
+    if text.startswith('FILE:'):
+        try:
+            with open(text[5:], encoding='utf-8') as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f'cannot read the prompt file {text[5:]} as UTF-8 text ({type(e).__name__}: {e})')
+    prefix = encode(text)
+    if len(prefix) >= block_size:
+        fail(f'the prompt is {len(prefix)} tokens long and leaves no room in block_size {block_size}')
+    new = block_size - len(prefix) if max_new_tokens is None else max_new_tokens
+    if len(prefix) + new > block_size:
+        fail(f'the output would be {len(prefix)} + {new} tokens, longer than block_size {block_size}')
+    return prefix + [0] * new, [True] * len(prefix) + [False] * new
+
+
+def check_steps(steps, n):
+    """The number of decoding steps for n tokens: steps, or n (one token per step) for None."""
+    n_steps = n if steps is None else steps
+    if type(n_steps) is not int or not 1 <= n_steps <= n:
+        fail(f'--steps must be an int from 1 to the {n} tokens to generate, got {steps!r}')
+    return n_steps
+
+
+# -----------------------------------------------------------------------------
+# small files and tables
 
 def read_lines(path):
     """The lines of a UTF-8 text file, without their newline; one-line error if it is not UTF-8."""

@@ -32,15 +32,14 @@ import os
 import time
 
 import torch
-from torch.nn import functional as F
-from tqdm import tqdm
 
-from common import (GPT2_VOCAB, autocast, checkpoint_path, checkpoint_tokens, checkpoint_vocab, default_device,
-                    default_dtype, describe_vocab, load_hf_causal_lm, load_tokenizer, print_table, read_checkpoint,
-                    read_jsonl, same_vocab, token_count)
+from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
+from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, check_steps, default_device, default_dtype,
+                    describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens, read_checkpoint,
+                    read_jsonl, same_vocab)
 from configurator import check_settings, fail
-from model import weights_read
-from sample import TEMPERATURE_RULE, TOP_P_RULE, check_sampling, check_steps, generate, prompt_tokens
+from engine import Sampling, generate_many
+from scoring import load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # the sampler: 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
@@ -76,10 +75,10 @@ SETTINGS = ('checkpoint', 'steps', 'temperature', 'top_p', 'top_k', 'top_p_mode'
             'confidence', 'sample_dtype', 'seed')  # what makes samples belong to one row of the table
 
 
-def parse_list(key, cast, rule):
-    """The entries of the comma-list setting `key`, each cast and checked, or one-line errors."""
+def parse_list(key, text, cast, rule):
+    """The entries of the comma list `text` of the setting `key`, each cast and checked, or one-line errors."""
     values = []
-    for entry in str(globals()[key]).split(','):
+    for entry in str(text).split(','):
         try:
             value = cast(entry.strip())
         except ValueError:
@@ -94,9 +93,9 @@ def parse_list(key, cast, rule):
 
 def grid():
     """(steps, temperature, top_p) of every point to sample; steps None is one token per step."""
-    step_list = parse_list('steps', int, (lambda v: v >= 1, 'ints >= 1')) if str(steps).strip() else [None]
-    temperatures = parse_list('temperature', float, TEMPERATURE_RULE)
-    top_ps = parse_list('top_p', float, TOP_P_RULE)
+    step_list = parse_list('steps', steps, int, (lambda v: v >= 1, 'ints >= 1')) if str(steps).strip() else [None]
+    temperatures = parse_list('temperature', temperature, float, TEMPERATURE_RULE)
+    top_ps = parse_list('top_p', top_p, float, TOP_P_RULE)
     if pair_settings and len(temperatures) != len(top_ps):
         fail(f'--pair_settings pairs the {len(temperatures)} temperatures with the {len(top_ps)} top_p values: '
              f'give as many of each')
@@ -120,30 +119,7 @@ def check_inputs():
 # -----------------------------------------------------------------------------
 # scorers: per-token NLL of tokens 1..T-1 of each row, left to right
 
-def load_scorer(name):
-    """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; its vocabulary (what the ids mean, as
-    checkpoint_vocab says it, and how many), the longest sequence it reads, and which weights of a
-    checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
-    if name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name):
-        model, checkpoint = read_checkpoint(checkpoint_path(name, out_dir), device)
-
-        def nll(x):
-            _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
-            return loss[:, 1:].float()
-        return nll, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
-            weights_read(checkpoint)
-    model = load_hf_causal_lm(name, device)
-    if model.config.vocab_size < GPT2_VOCAB:
-        fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
-             f'read GPT-2 BPE ids (gpt2, gpt2-medium, gpt2-large, gpt2-xl, ...)')
-
-    def nll(x):
-        logits = model(input_ids=x).logits[:, :-1].float()
-        return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction='none')
-    return nll, ('gpt2', model.config.vocab_size), getattr(model.config, 'max_position_embeddings', None), None
-
-
-def check_scorer(vocab, length, scorer_tokens, scorer_context):
+def check_scorer(scorer, vocab, length, scorer_tokens, scorer_context):
     """Fail unless the scorer reads the samples' tokens, as common.same_vocab says, and their length."""
     samples = (vocab, GPT2_VOCAB if vocab == 'gpt2' else len(vocab))
     if not same_vocab(samples, scorer_tokens):
@@ -156,46 +132,10 @@ def check_scorer(vocab, length, scorer_tokens, scorer_context):
         fail(f'the samples are {length} tokens long but the scorer {scorer} reads at most {scorer_context}')
 
 
-def check_ids(records, n_ids):
+def check_ids(records, scorer, n_ids):
     for i, r in enumerate(records):
         if max(r['tokens']) >= n_ids:
             fail(f"sample {i} holds the token id {max(r['tokens'])}, past the {n_ids} ids of the scorer {scorer}")
-
-
-@torch.no_grad()
-def score(records, nll):
-    """The NLL of every scored token (generated, not the first of the sample) of each record."""
-    scored = []
-    for b in tqdm(range(0, len(records), score_batch_size), desc='scoring', leave=False):
-        batch = records[b:b + score_batch_size]
-        x = torch.tensor([r['tokens'] for r in batch], device=device)
-        scored += [row[generated(r)[1:]] for r, row in zip(batch, nll(x).cpu())]
-    return scored
-
-
-# -----------------------------------------------------------------------------
-# statistics
-
-def generated(record):
-    """Which positions of a sample were generated (True), not given by a prompt."""
-    mask = torch.ones(len(record['tokens']), dtype=torch.bool)
-    mask[torch.tensor(record['known'], dtype=torch.long)] = False
-    return mask
-
-
-def unigram_entropy(tokens):
-    """Entropy (nats) of the frequencies of the tokens (1-d tensor) of one sample."""
-    p = tokens.unique(return_counts=True)[1].double() / len(tokens)
-    return -(p * p.log()).sum().item()
-
-
-def summarize(records, nlls):
-    """The row of one grid point: gen PPL (mean, population std), pooled PPL, entropy, time."""
-    ppl = torch.stack([nll.double().mean().exp() for nll in nlls])
-    return dict(n=len(records), gen_ppl=ppl.mean().item(), gen_ppl_std=ppl.std(correction=0).item(),
-                pooled_ppl=math.exp(torch.cat(nlls).double().mean().item()),
-                entropy=sum(unigram_entropy(torch.tensor(r['tokens'])[generated(r)]) for r in records) / len(records),
-                seconds_per_sample=sum(r['seconds'] for r in records) / len(records))
 
 
 # -----------------------------------------------------------------------------
@@ -219,19 +159,6 @@ def read_samples(path):
     return records
 
 
-def draw(model, ids, known, n_steps, temp, p, count, generator, n_tokens):
-    """count samples (lists of ids) at one grid point, in batches of batch_size."""
-    known_mask = torch.tensor(known, device=device)
-    rows = []
-    for b in tqdm(range(0, count, batch_size), desc=f'steps={n_steps} temperature={temp} top_p={p}', leave=False):
-        x = torch.tensor(ids, device=device).repeat(min(batch_size, count - b), 1)
-        with autocast(device, dtype):
-            x, _ = generate(model, x, known_mask, n_steps, schedule, order, confidence, temp, top_k, p, generator,
-                            top_p_mode=top_p_mode, sample_dtype=getattr(torch, sample_dtype), n_tokens=n_tokens)
-        rows += x.tolist()  # waits for the device, so a timing is the sampling's
-    return rows
-
-
 def sample_grid(model, checkpoint, path, decode, ids, known, points):
     """Every grid point's samples as records, written to samples_out as they come."""
     if compile:
@@ -241,13 +168,18 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size))
     given = [i for i, k in enumerate(known) if k]
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
-    draw(model, ids, known, *points[0], min(batch_size, num_samples), torch.Generator(device), n_tokens)  # warm-up
+
+    def draw(s, t, p, count, generator):
+        sampling = Sampling(t, top_k, p, top_p_mode, getattr(torch, sample_dtype))
+        return generate_many(model, ids, known, count, batch_size, s, sampling, schedule, order, confidence,
+                             generator, n_tokens, autocast(device, dtype), f'steps={s} temperature={t} top_p={p}')
+    draw(*points[0], min(batch_size, num_samples), torch.Generator(device))  # warm-up
     records = []
     with open(samples_out, 'w', encoding='utf-8') as f:
         for s, t, p in points:
             t0 = time.time()
             generator = torch.Generator(device).manual_seed(seed)  # the same seed at every grid point
-            rows = draw(model, ids, known, s, t, p, num_samples, generator, n_tokens)
+            rows = draw(s, t, p, num_samples, generator)
             seconds = (time.time() - t0) / num_samples
             new = [dict(shared, steps=s, temperature=t, top_p=p, tokens=row, text=decode(row), known=given,
                         seconds=seconds) for row in rows]
@@ -265,24 +197,25 @@ def main():
         records = read_samples(samples)
         vocab, length = records[0]['vocab'], len(records[0]['tokens'])
     else:
-        path = checkpoint_path(init_from, out_dir)
+        path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
         ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
         points = [(check_steps(s, known.count(False)), t, p) for s, t, p in points]
         length = len(ids)
-    nll, scorer_tokens, context, scorer_weights = load_scorer(scorer)
-    check_scorer(vocab, length, scorer_tokens, context)
+    nll, scorer_tokens, context, scorer_weights = load_scorer(scorer, device)
+    check_scorer(scorer, vocab, length, scorer_tokens, context)
 
     if not samples:
         records = sample_grid(model, checkpoint, path, decode, ids, known, points)
 
-    check_ids(records, scorer_tokens[1])
+    check_ids(records, scorer, scorer_tokens[1])
     groups = collections.defaultdict(list)  # grid point -> its records, in the order of the file
     for r in records:
         groups[tuple(r.get(k) for k in SETTINGS)].append(r)
-    results = [dict(zip(SETTINGS, key), **summarize(group, score(group, nll))) for key, group in groups.items()]
+    results = [dict(zip(SETTINGS, key), **summarize(group, score_samples(group, nll, score_batch_size, device)))
+               for key, group in groups.items()]
     report(results, scorer + (f' ({scorer_weights} weights)' if scorer_weights else ''))
     if out_json:
         with open(out_json, 'w') as f:

@@ -20,14 +20,12 @@ nanoGPT for the overall shape. Parameter names follow the authors' code, so thei
 load as they are.
 """
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-ORDER_MODES = ('mixed', 'l2r', 'random', 'fixed_random', 'block_random')
 TARGET_INJECTIONS = ('adaln', 'add')
 
 
@@ -71,41 +69,6 @@ def make_norm(config, dim):
 
 def modulate(x, shift, scale):
     return torch.addcmul(shift, x, 1 + scale)
-
-
-class KVCache:
-    """Keys and values of the slots decoded so far, per layer, in buffers allocated once.
-
-    A forward with a cache writes the keys and values of all its new slots after the `length`
-    committed ones; `commit(n)` then keeps the first n of them. Slots written but not committed
-    (e.g. extra copies that only served as queries) are overwritten by the next forward.
-    """
-
-    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
-        shape = (config.n_layer, batch_size, config.n_head, max_slots, config.n_embd // config.n_head)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0
-
-    def update(self, layer, k, v):
-        end = self.length + k.size(2)
-        if end > self.k.size(3):
-            raise ValueError(f'KV cache overflow: {end} slots needed, {self.k.size(3)} allocated')
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
-
-    def commit(self, n, last=None):
-        """Keep the first n new slots; with last (B,), row b keeps new slot n-1+last[b] as its n-th.
-
-        `last` picks, after the forward, which of the copies that ended a decoding step goes on.
-        """
-        if last is not None:
-            rows = torch.arange(self.k.size(1), device=last.device)
-            src, dst = self.length + n - 1 + last, torch.full_like(last, self.length + n - 1)
-            for buf in (self.k, self.v):
-                buf[:, rows, :, dst] = buf[:, rows, :, src]
-        self.length += n
 
 
 class CausalSelfAttention(nn.Module):
@@ -280,156 +243,3 @@ class GPT(nn.Module):
         cfg = self.config
         flops_per_token = 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
         return flops_per_token * tokens_per_second / peak_flops
-
-
-# -----------------------------------------------------------------------------
-# cached any-order decoding
-
-def decode_step(model, cache, tokens, positions, targets):
-    """One step of cached decoding: logits (B, k, V) for each target position in targets (B, k).
-
-    tokens, positions (B, m): the slots not yet in the cache, in decoding order: on the first step
-    the start slot (position -1) and any known tokens, later the tokens decoded by the previous
-    step. Each predicts the position after it; the last one is run once per target, and these
-    copies see the cache, the other new slots and themselves only, so every target is predicted
-    from the same context. Then cache.commit(m, last) keeps the slots, with the copy whose target
-    comes next in the order (copy 0 if last is None).
-    """
-    B, m = positions.shape
-    k = targets.size(1)
-    tok = torch.cat([tokens, tokens[:, -1:].expand(B, k - 1)], 1)
-    pos = torch.cat([positions, positions[:, -1:].expand(B, k - 1)], 1)
-    tgt = torch.cat([positions[:, 1:], targets], 1)
-    S, L = m + k - 1, cache.length
-    mask = torch.ones(S, L + S, dtype=torch.bool, device=tok.device).tril(L)
-    mask[m:, L + m - 1:] = torch.eye(S, dtype=torch.bool, device=tok.device)[m:, m - 1:]
-    queries = torch.arange(m - 1, S, device=tok.device).expand(B, k)  # no logits for the other slots
-    return model.forward_slots(tok, pos, tgt, cache, mask, out_slots=queries)
-
-
-# -----------------------------------------------------------------------------
-# orders
-
-def make_fixed_order(mode, block_size, order_block, generator=None):
-    """The one order used for a whole run by 'fixed_random' and 'block_random', else None."""
-    if mode == 'fixed_random':
-        return torch.randperm(block_size, generator=generator)
-    if mode == 'block_random':
-        # random within consecutive blocks of order_block tokens, blocks left to right
-        key = torch.arange(block_size) // order_block + torch.rand(block_size, generator=generator, dtype=torch.float64)
-        return key.argsort()
-    return None
-
-
-def sample_orders(mode, batch_size, seq_len, generator=None, random_ratio=0.9, fixed_order=None):
-    """One order (a permutation of 0..seq_len-1) per row, (batch_size, seq_len), on the CPU."""
-    identity = torch.arange(seq_len).expand(batch_size, seq_len)
-    if mode == 'l2r':
-        return identity.clone()
-    if mode in ('fixed_random', 'block_random'):
-        return fixed_order[:seq_len].expand(batch_size, seq_len).clone()
-    # argsort of i.i.d. uniforms is a uniform permutation; float64 makes ties vanishingly rare
-    random = torch.rand(batch_size, seq_len, generator=generator, dtype=torch.float64).argsort(dim=1)
-    if mode == 'random':
-        return random
-    if mode != 'mixed':
-        raise ValueError(f'unknown order mode {mode!r}, expected one of {ORDER_MODES}')
-    l2r_rows = torch.rand(batch_size, 1, generator=generator) >= random_ratio
-    return torch.where(l2r_rows, identity, random)
-
-
-# -----------------------------------------------------------------------------
-# EMA of the weights
-
-def make_ema(model, decay):
-    """EMA with the warm-up rule decay_n = min(decay, (1 + n) / (10 + n)) at the n-th update.
-
-    The average starts from the current weights (update 0 copies them), like the authors' EMA.
-    """
-    def ema_update(averaged, current, n):
-        d = torch.clamp((1.0 + n) / (10.0 + n), max=decay)
-        torch._foreach_lerp_(averaged, current, 1.0 - d)
-
-    ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=ema_update)
-    ema.update_parameters(model)
-    return ema
-
-
-# -----------------------------------------------------------------------------
-# checkpoints
-
-def injection_of(state):
-    """The target injection of a state dict, from its keys: only sigma-GPT has a top-level ln_f."""
-    return 'add' if 'transformer.ln_f.weight' in state else 'adaln'
-
-
-def reference_state_dict(checkpoint, use_ema=True):
-    """A state dict for GPT from a checkpoint of the authors' trainer (EMA weights by default).
-
-    Their EMA keeps `shadow_params` as a list in parameter order, which is the key order of
-    their `model` state dict; their compiled runs prefix keys with `_orig_mod.`. sigma-GPT's
-    state dict holds its tied head twice, as transformer.wte.weight and lm_head.weight, but
-    parameters() yields the shared tensor once, under its first name (wte): we assume their EMA
-    of a sigma-GPT has no entry for lm_head.weight and take it from wte.
-    """
-    raw = {k.removeprefix('_orig_mod.'): v for k, v in checkpoint['model'].items()}
-    if not use_ema:
-        return raw
-    tied = injection_of(raw) == 'add'
-    names = [k for k in raw if not (tied and k == 'lm_head.weight')]
-    shadow = checkpoint['ema_model']['shadow_params']
-    if len(shadow) != len(names):
-        raise ValueError(f'EMA holds {len(shadow)} tensors but the model has {len(names)} parameters')
-    state = dict(zip(names, shadow))
-    if tied:
-        state['lm_head.weight'] = state['transformer.wte.weight']
-    return state
-
-
-def one_line(error, limit=300):
-    """An exception as one short line, for error messages."""
-    text = ' '.join(str(error).split())
-    return f'{type(error).__name__}: {text[:limit]}' + ('...' if len(text) > limit else '')
-
-
-def weights_read(checkpoint, use_ema=True):
-    """'EMA' or 'raw': the weights load_checkpoint reads, the EMA ones (ours: 'ema', the authors':
-    'ema_model') unless use_ema=False or the checkpoint has none (the authors' sigma-GPT, nanoGPT's)."""
-    return 'EMA' if use_ema and {'ema', 'ema_model'} & checkpoint.keys() else 'raw'
-
-
-def load_weights_only(path, device='cpu'):
-    """torch.load(weights_only=True), without torch's warning about the pickle protocol of a file
-    that is not a checkpoint (the caller's one-line error says that)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings('ignore', message='Detected pickle protocol')
-        return torch.load(path, map_location=device, weights_only=True)
-
-
-def load_checkpoint(path, device='cpu', use_ema=True):
-    """A GPT (eval mode) and the checkpoint dict, from one of our checkpoints or the authors' ones.
-
-    The EMA weights by default, the raw ones with use_ema=False or when the checkpoint has no EMA
-    weights; weights_read(checkpoint, use_ema) says which. A missing, truncated or foreign file
-    stops with a one-line error.
-    """
-    try:
-        checkpoint = load_weights_only(path, device)
-    except FileNotFoundError:
-        raise SystemExit(f'error: checkpoint {path} not found')
-    except Exception as e:  # truncated, not a torch file, or pickled objects other than tensors
-        raise SystemExit(f'error: {path} is not a readable checkpoint: truncated, or not written by '
-                         f'torch.save ({type(e).__name__})')
-    if not isinstance(checkpoint, dict) or not {'model', 'model_args'} <= checkpoint.keys():
-        raise SystemExit(f"error: {path} is not an AO-GPT checkpoint (no 'model' and 'model_args' in it)")
-    ema = weights_read(checkpoint, use_ema) == 'EMA'
-    try:
-        if 'ema' in checkpoint:  # ours
-            state = checkpoint['ema'] if ema else checkpoint['model']
-        else:  # the authors' format (whose model_args do not say which model it is), or nanoGPT's
-            state = reference_state_dict(checkpoint, ema)
-        model = GPT(GPTConfig(**{'target_injection': injection_of(state), **checkpoint['model_args']}))
-        model.load_state_dict(state)
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise SystemExit(f'error: {path} does not hold a model this code can build ({one_line(e)})')
-    return model.to(device).eval(), checkpoint

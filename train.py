@@ -27,11 +27,12 @@ import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from benchmarks import SETS, encode_rows, load_rows, paper_chunks
-from common import (autocast, check_device, check_vocab, checkpoint_path, checkpoint_tokens, dataset_vocab,
-                    default_device, default_dtype, read_checkpoint)
-from model import (GPT, GPTConfig, ORDER_MODES, TARGET_INJECTIONS, load_weights_only, make_ema, make_fixed_order,
-                   sample_orders)
+from benchmarks import load_tokens, paper_chunks
+from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
+from common import (autocast, check_device, check_vocab, dataset_vocab, default_device, default_dtype, find_checkpoint,
+                    read_checkpoint)
+from model import GPT, GPTConfig, TARGET_INJECTIONS
+from training import ORDER_MODES, make_ema, make_fixed_order, sample_orders
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -170,7 +171,7 @@ if init_from != 'resume' and not eval_only and os.path.exists(ckpt_path) and not
     fail(f'{ckpt_path} already exists: continue it with --init_from=resume, write elsewhere with '
          f'--out_dir=..., or replace it with --overwrite=True')
 if init_from != 'scratch':
-    init_path = checkpoint_path(init_from, out_dir)
+    init_path = find_checkpoint(init_from, out_dir)
 
 # data: uint16 token memmaps; a sequence is block_size tokens read in a sampled order
 if not dataset:
@@ -207,7 +208,7 @@ def benchmark_chunks():
     if data_vocab != 'gpt2':
         fail(f'--val_dataset={val_dataset} is GPT-2 BPE text but {dataset} has its own vocabulary '
              f'({dataset_dir}/meta.pkl): use a GPT-2 BPE dataset, or no --val_dataset')
-    docs = encode_rows(load_rows(val_dataset, 'validation', data_dir), SETS[val_dataset][3])
+    docs, _ = load_tokens(val_dataset, 'validation', data_dir)
     chunks = paper_chunks(docs, block_size)
     n_batches = min(len(chunks) // batch_size, eval_iters)
     if n_batches == 0:
@@ -244,34 +245,6 @@ if device_type == 'cuda':
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 ctx = autocast(device, dtype)
-
-
-def get_batch(split, order_mode, generator=None):
-    # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
-    data = np.memmap(os.path.join(dataset_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
-    x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
-    o = sample_orders(order_mode, batch_size, block_size, generator, random_ratio, fixed_order)
-    if device_type == 'cuda':
-        return x.pin_memory().to(device, non_blocking=True), o.pin_memory().to(device, non_blocking=True)
-    return x.to(device), o.to(device)
-
-
-def eval_batches(split, order_mode, generator):
-    """The batches of one evaluation: eval_iters random windows of the split, or for val with
-    val_dataset its chunks, in order."""
-    if split == 'val' and val_chunks is not None:
-        for x in val_chunks.split(batch_size):
-            yield x.to(device), sample_orders(order_mode, batch_size, block_size, generator).to(device)
-    else:
-        for _ in range(eval_iters):
-            yield get_batch(split, order_mode, generator)
-
-
-def seed_iteration(iteration):
-    # the batches, orders and dropout of an iteration depend only on (seed, rank, iteration),
-    # so a resumed run sees exactly what an uninterrupted one would
-    torch.manual_seed(hash((seed, ddp_rank, iteration)))
 
 
 # -----------------------------------------------------------------------------
@@ -358,6 +331,37 @@ if ddp:
     model = DDP(model, device_ids=[ddp_local_rank] if device_type == 'cuda' else None)
 
 
+# -----------------------------------------------------------------------------
+# batches: block_size tokens of the data, each row read in an order of the run's order mode
+
+def get_batch(split, order_mode, generator=None):
+    # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
+    data = np.memmap(os.path.join(dataset_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
+    x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
+    orders = sample_orders(order_mode, batch_size, block_size, generator, random_ratio, fixed_order)
+    if device_type == 'cuda':
+        return x.pin_memory().to(device, non_blocking=True), orders.pin_memory().to(device, non_blocking=True)
+    return x.to(device), orders.to(device)
+
+
+def eval_batches(split, order_mode, generator):
+    """The batches of one evaluation: eval_iters random windows of the split, or for val with
+    val_dataset its chunks, in order."""
+    if split == 'val' and val_chunks is not None:
+        for x in val_chunks.split(batch_size):
+            yield x.to(device), sample_orders(order_mode, batch_size, block_size, generator).to(device)
+    else:
+        for _ in range(eval_iters):
+            yield get_batch(split, order_mode, generator)
+
+
+def seed_iteration(iteration):
+    # the batches, orders and dropout of an iteration depend only on (seed, rank, iteration),
+    # so a resumed run sees exactly what an uninterrupted one would
+    torch.manual_seed(hash((seed, ddp_rank, iteration)))
+
+
 @torch.no_grad()
 def estimate_losses():
     """Mean EMA-weight loss on train and val (or val_dataset), left-to-right and any-order (random orders)."""
@@ -366,9 +370,9 @@ def estimate_losses():
     for split in ('train', 'val'):
         for mode, name in (('l2r', 'l2r'), ('random', 'ao')):
             losses = []
-            for x, o in eval_batches(split, mode, generator):
+            for x, orders in eval_batches(split, mode, generator):
                 with ctx:
-                    _, loss = eval_model(x, o)
+                    _, loss = eval_model(x, orders)
                 losses.append(loss.item())
             out[f'{split}_{name}'] = sum(losses) / len(losses)
     return out
@@ -383,8 +387,9 @@ def get_lr(it):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
 
-def save_checkpoint():
-    checkpoint = {
+def checkpoint_now():
+    """Everything a resume needs, and what the other scripts read (the EMA weights, the vocabulary)."""
+    return {
         'model': raw_model.state_dict(),
         'ema': ema.module.state_dict(),
         'ema_updates': int(ema.n_averaged),
@@ -396,8 +401,9 @@ def save_checkpoint():
         'vocab': data_vocab,  # what the token ids mean: 'gpt2' or the dataset's characters
         'config': config,
     }
-    torch.save(checkpoint, ckpt_path + '.tmp')
-    os.replace(ckpt_path + '.tmp', ckpt_path)  # atomic: a crash mid-write never leaves a broken ckpt.pt
+
+
+metrics_path = os.path.join(out_dir, 'metrics.jsonl')
 
 
 def start_metrics():
@@ -418,7 +424,6 @@ def stop_on_nonfinite(what, value):
              f'or dtype=bfloat16 instead of float16)')
 
 
-metrics_path = os.path.join(out_dir, 'metrics.jsonl')
 if master_process and not eval_only:
     start_metrics()
 if wandb_log and master_process and not eval_only:
@@ -452,7 +457,7 @@ while True:
         if wandb_log:
             wandb.log(record)
         if iter_num > 0:
-            save_checkpoint()
+            save_checkpoint(checkpoint_now(), ckpt_path)
             print(f'saved checkpoint to {out_dir}')
     if eval_only or iter_num >= max_iters:
         break
@@ -461,9 +466,9 @@ while True:
     for micro_step in range(gradient_accumulation_steps):
         if ddp:  # all-reduce the gradients only once, on the last micro-step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        x, o = get_batch('train', order)
+        x, orders = get_batch('train', order)
         with ctx:
-            _, loss = model(x, o)
+            _, loss = model(x, orders)
             loss = loss / gradient_accumulation_steps
         scaler.scale(loss).backward()
         train_loss += loss.detach()

@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-import eval_ppl as module
-from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, paper_chunks, ptb_detokenize,
-                        wikitext_detokenize)
+import eval_ppl as script
+from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
+                        paper_chunks, ptb_detokenize, wikitext_detokenize)
 from conftest import needs, one_line_error, peak_memory_run, run_script
-from eval_ppl import ensemble_logprobs, ensemble_sizes, evaluate, load_tokens, make_chunks, random_context_orders
+from scoring import ensemble_logprobs, ensemble_sizes, random_context_orders, score_chunks
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
 
@@ -84,14 +84,14 @@ def test_rows_are_taken_as_the_hub_serves_them():
 
 
 @pytest.mark.parametrize('name', ['wikitext2', 'ptb'])
-def test_paper_pipeline_makes_the_authors_chunks(name, monkeypatch):
+def test_paper_pipeline_makes_the_authors_chunks(name):
     """The fixture holds the digests of the chunks that the authors' own pipeline made from the same rows."""
     expected = eval_chunks()[name]['sha256']
-    monkeypatch.setattr(module, 'data_dir', needs('gpt2_bpe', name))
-    chunks = make_chunks(load_tokens(name)[0], 1024)
+    data_dir = needs('gpt2_bpe', name)
+    chunks = make_chunks(load_tokens(name, 'test', data_dir)[0], 1024)
     assert sorted(chunk_digests(chunks)) == sorted(expected)  # the same chunks, in any order
-    monkeypatch.setattr(module, 'pipeline', 'clean')  # the other pipeline does differ
-    assert sorted(chunk_digests(make_chunks(load_tokens(name)[0], 1024))) != sorted(expected)
+    clean = make_chunks(load_tokens(name, 'test', data_dir, 'clean')[0], 1024, 'clean')  # the other pipeline differs
+    assert sorted(chunk_digests(clean)) != sorted(expected)
 
 
 @pytest.mark.parametrize('n_rows', [8100, 5])
@@ -114,29 +114,27 @@ def test_paper_chunks_equal_a_parallel_datasets_map(n_rows):
 
 
 @pytest.mark.needs('gpt2_bpe')
-def test_clean_pipeline_strips_skips_and_cuts_once(tmp_path, monkeypatch):
+def test_clean_pipeline_strips_skips_and_cuts_once(tmp_path):
     path = tmp_path / 'rows.txt'
     path.write_text('hello world\n   \na-b \n')
-    monkeypatch.setattr(module, 'data_file', str(path))
     eot = 50256
     paper, _ = load_tokens(str(path))  # every row as it is, each with its end-of-text
     assert paper == [[31373, 995, eot], [220, 220, 220, eot], [64, 12, 65, 220, eot]]
-    monkeypatch.setattr(module, 'pipeline', 'clean')
-    clean, _ = load_tokens(str(path))
+    clean, _ = load_tokens(str(path), pipeline='clean')
     assert clean == [[31373, 995, eot], [64, 12, 65, eot]]
-    assert make_chunks(clean, 3).tolist() == [[31373, 995, eot], [64, 12, 65]]  # one stream, the rest dropped
-    assert make_chunks(clean, 8).shape == (0, 8)
+    assert make_chunks(clean, 3, 'clean').tolist() == [[31373, 995, eot], [64, 12, 65]]  # one stream, rest dropped
+    assert make_chunks(clean, 8, 'clean').shape == (0, 8)
     assert encode_rows(['', 'a']) == [[eot], [64, eot]]  # an empty row is end-of-text alone
 
 
 @pytest.mark.filterwarnings('ignore:Mismatch dtype between input and weight')
 def test_any_order_numbers_do_not_follow_the_l2r_precision():
-    assert module.dtype == 'float32' and module.l2r_precision(hf=False) == 'float32'  # on the CPU
+    assert script.dtype == 'float32' and script.l2r_precision('auto', 'cpu', hf=False) == 'float32'  # CPU
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=16, vocab_size=50, n_layer=1, n_head=2, n_embd=16, cond_dim=8)).eval()
     chunks = torch.randint(50, (2, 16))
-    l2r, members = evaluate(model, chunks, 2, 10_000, seed=0)
-    l2r_bf16, members_bf16 = evaluate(model, chunks, 2, 10_000, seed=0,
+    l2r, members = score_chunks(model, chunks, 2, 10_000, seed=0)
+    l2r_bf16, members_bf16 = score_chunks(model, chunks, 2, 10_000, seed=0,
                                       l2r_ctx=torch.autocast('cpu', dtype=torch.bfloat16))
     assert torch.equal(members, members_bf16) and not torch.equal(l2r, l2r_bf16)
     torch.testing.assert_close(l2r_bf16, l2r, atol=0.05, rtol=0)
@@ -193,7 +191,7 @@ def test_evaluation_keeps_no_graph():
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=16, vocab_size=50, n_layer=1, n_head=2, n_embd=16, cond_dim=8))
     with torch.enable_grad():  # as a caller might have it: evaluate must still not build graphs
-        l2r, members = evaluate(model, torch.randint(50, (3, 16)), 2, 10_000, seed=0)
+        l2r, members = score_chunks(model, torch.randint(50, (3, 16)), 2, 10_000, seed=0)
     assert l2r.shape == (48,) and members.shape == (2, 48)
     assert not l2r.requires_grad and not members.requires_grad
 
@@ -209,7 +207,7 @@ def test_memory_is_flat_in_the_number_of_chunks(workdir, bpe_ckpt):
     assert runs[0] < runs[4] + 100, runs
 
 
-def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2, monkeypatch):
+def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2):
     from transformers import AutoModelForCausalLM
     data_dir = needs('gpt2_bpe', 'ptb')
     out = eval_ppl(workdir, f'--init_from={tiny_gpt2}', '--dataset=ptb', f'--data_dir={data_dir}', '--max_chunks=4',
@@ -218,8 +216,7 @@ def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2, monkeypatc
     result = json.load(open(workdir / 'gpt2.json'))['results']['ptb']
     assert result['tokens'] == 4 * 1023 and set(result['ppl']) == {'l2r'}
     # independently: the Hugging Face model's own shifted loss on the authors' first four PTB chunks
-    monkeypatch.setattr(module, 'data_dir', data_dir)
-    chunks = make_chunks(load_tokens('ptb')[0], 1024)[:4]
+    chunks = make_chunks(load_tokens('ptb', 'test', data_dir)[0], 1024)[:4]
     assert chunk_digests(chunks) == eval_chunks()['ptb']['sha256'][:4]  # theirs, in their order
     model = AutoModelForCausalLM.from_pretrained(tiny_gpt2).eval()
     with torch.no_grad():

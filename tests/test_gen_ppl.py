@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 import torch
 
-import gen_ppl
 from conftest import ROOT, one_line_error, tiny_model
+from scoring import load_scorer, score_samples, summarize, unigram_entropy
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
@@ -31,22 +31,20 @@ def hand_statistics(nlls, generated):
 
 
 def check_summary(records, scored, generated):
-    summary = gen_ppl.summarize(records, scored)
+    summary = summarize(records, scored)
     for key, value in hand_statistics([s.tolist() for s in scored], generated).items():
         assert summary[key] == pytest.approx(value, rel=1e-6), key
     assert summary['n'] == len(records) and summary['seconds_per_sample'] == 0.5
 
 
-def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2, monkeypatch):
+def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2):
     from transformers import GPT2LMHeadModel
-    monkeypatch.setattr(gen_ppl, 'device', 'cpu')
-    monkeypatch.setattr(gen_ppl, 'score_batch_size', 3)  # 7 samples: batches of 3, 3 and the remainder 1
     rows = torch.randint(50257, (7, 20), generator=torch.Generator().manual_seed(0)).tolist()
     known = [[0, 1, 2], [], [], [5, 19], [], [], []]  # a prompt, and given tokens inside (not scored)
     records = records_of(rows, known)
-    nll, tokens, context, weights = gen_ppl.load_scorer(tiny_gpt2)
+    nll, tokens, context, weights = load_scorer(tiny_gpt2, 'cpu')
     assert (tokens, context, weights) == (('gpt2', 50257), 1024, None)
-    scored = gen_ppl.score(records, nll)
+    scored = score_samples(records, nll, 3, 'cpu')  # 7 samples: batches of 3, 3 and the remainder 1
 
     hf = GPT2LMHeadModel.from_pretrained(tiny_gpt2).eval()
     nlls, generated = [], []
@@ -60,18 +58,16 @@ def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2, monkeypatch):
     check_summary(records, scored, generated)
 
 
-def test_checkpoint_scorer_reads_left_to_right(tmp_path, monkeypatch):
-    monkeypatch.setattr(gen_ppl, 'device', 'cpu')
-    monkeypatch.setattr(gen_ppl, 'score_batch_size', 2)
+def test_checkpoint_scorer_reads_left_to_right(tmp_path):
     model = tiny_model()
     path = tmp_path / 'ckpt.pt'
     state = model.state_dict()
     torch.save(dict(model=state, ema=state, model_args=vars(model.config), vocab='abcdefghijk'), path)
     rows = torch.randint(11, (5, 16), generator=torch.Generator().manual_seed(1)).tolist()
     records = records_of(rows)
-    nll, tokens, context, weights = gen_ppl.load_scorer(str(path))
+    nll, tokens, context, weights = load_scorer(str(path), 'cpu')
     assert (tokens, context, weights) == (('abcdefghijk', 11), 16, 'EMA')
-    scored = gen_ppl.score(records, nll)
+    scored = score_samples(records, nll, 2, 'cpu')
     nlls = []
     with torch.no_grad():  # token p from a plain forward over the tokens before it, and nothing else
         for row in rows:
@@ -84,9 +80,9 @@ def test_checkpoint_scorer_reads_left_to_right(tmp_path, monkeypatch):
 
 
 def test_unigram_entropy_by_hand():
-    assert gen_ppl.unigram_entropy(torch.tensor([3, 3, 3, 3])) == 0
-    assert gen_ppl.unigram_entropy(torch.tensor([1, 2, 1, 2])) == pytest.approx(math.log(2))
-    assert gen_ppl.unigram_entropy(torch.tensor([7, 7, 8, 9])) == pytest.approx(1.5 * math.log(2))
+    assert unigram_entropy(torch.tensor([3, 3, 3, 3])) == 0
+    assert unigram_entropy(torch.tensor([1, 2, 1, 2])) == pytest.approx(math.log(2))
+    assert unigram_entropy(torch.tensor([7, 7, 8, 9])) == pytest.approx(1.5 * math.log(2))
 
 
 # -----------------------------------------------------------------------------

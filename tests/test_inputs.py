@@ -231,7 +231,7 @@ def test_eval_ppl_bad_input(workdir, char_ckpt, bpe_ckpt, files, sized_data, arg
 
 
 BENCH = [
-    (['--steps=0'], '--steps must be at least 1'),
+    (['--train_steps=0'], '--train_steps must be at least 1'),
     (['--rounds=0'], '--rounds must be at least 1'),
     (['--batch_size=-1'], '--batch_size must be at least 1'),
     (['--dtype=float64'], '--dtype must be one of'),

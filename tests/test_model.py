@@ -7,8 +7,10 @@ from torch.nn import functional as F
 
 from conftest import tiny_model
 from fixtures.reference import load
-from model import (GPT, GPTConfig, KVCache, decode_step, load_checkpoint, make_ema, make_fixed_order,
-                   reference_state_dict, sample_orders)
+from checkpoints import load_checkpoint, reference_state_dict
+from engine import Engine, KVCache
+from model import GPT, GPTConfig
+from training import make_ema, make_fixed_order, sample_orders
 
 
 @pytest.fixture(scope='module')
@@ -196,23 +198,22 @@ def test_kv_cache_one_slot_at_a_time_matches_full_forward():
 def test_kv_cache_reproduces_authors_cached_decoding(fixture):
     """Teacher-forced any-order decoding with several targets per step, as the authors' sampler does.
 
-    decode_step feeds the tokens decoded in the previous step (each with the next target in the
+    Engine.step feeds the tokens decoded in the previous step (each with the next target in the
     order) plus copies of the last one, one per target of the step; only copy 0 stays cached.
     """
     model = reference_model(fixture)
     for gen in fixture['generation']:
         orders, tokens = gen['sampling_orders'], gen['tokens']
         B, T = tokens.shape
-        cache = KVCache(model.config, B, T)
+        engine = Engine(model, B, T)
         logits = torch.zeros(B, T, model.config.vocab_size)
         positions = torch.full((B, 1), -1)  # the start slot
         done = 0
         for s in gen['step_sizes'].tolist():
             targets = orders[:, done:done + s]
             with torch.no_grad():
-                logits[:, done:done + s] = decode_step(model, cache, tokens.gather(1, positions.clamp(min=0)),
-                                                       positions, targets)
-            cache.commit(positions.size(1))
+                logits[:, done:done + s] = engine.step(tokens.gather(1, positions.clamp(min=0)), positions, targets)
+            engine.accept()
             positions, done = targets, done + s
         torch.testing.assert_close(logits, gen['logits'], atol=1e-4, rtol=0, msg=gen['name'])
 

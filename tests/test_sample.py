@@ -1,14 +1,14 @@
-"""sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
+"""engine.py and sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
 import math
 import re
 
 import pytest
 import torch
 
-import sample
+from common import parse_infill, prompt_tokens
 from conftest import run_script, samples, tiny_model
+from engine import Sampling, confidence_scores, filter_probs, generate, inverse_cdf, sample_tokens, step_sizes
 from fixtures.reference import load
-from sample import filter_probs, generate, inverse_cdf, parse_infill, sample_tokens, step_sizes
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
@@ -45,7 +45,7 @@ def test_cached_decoding_equals_uncached_forwards(injection, prompt, order, conf
     given = x[:, known].clone()
     steps = n if steps is None else steps
     record = []
-    out, sigma = generate(model, x.clone(), known, steps, schedule, order, confidence, temperature=1.0,
+    out, sigma = generate(model, x.clone(), known, steps, schedule=schedule, policy=order, confidence=confidence,
                           generator=torch.Generator().manual_seed(1),
                           on_step=lambda t, l: record.append((t.clone(), l.clone())))
     assert torch.equal(out[:, known], given)  # every known token stays at its position
@@ -61,7 +61,7 @@ def test_cached_decoding_equals_uncached_forwards(injection, prompt, order, conf
             expected = uncached_logits(model, out, prefix, targets)
             torch.testing.assert_close(logits, expected, atol=1e-4, rtol=0)
             if order == 'confidence':  # the step took the k most confident of all masked positions
-                scores = sample.confidence_scores(uncached_logits(model, out, prefix, remaining), confidence)
+                scores = confidence_scores(uncached_logits(model, out, prefix, remaining), confidence)
                 best = remaining.gather(1, scores.topk(k, dim=1).indices)
                 assert torch.equal(best.sort(1).values, targets.sort(1).values)
             prefix = torch.cat([prefix, targets], 1)
@@ -104,22 +104,22 @@ def test_filter_probs_by_hand():
     p = lambda *v: torch.tensor(v, dtype=torch.float64)
     torch.testing.assert_close(filter_probs(logits), p(0.5, 0.25, 0.15, 0.1))
     # top_p=0.7: 0.5 alone is not enough, 0.5 + 0.25 is; the rest are dropped and renormalised
-    torch.testing.assert_close(filter_probs(logits, top_p=0.7), p(2 / 3, 1 / 3, 0, 0))
-    torch.testing.assert_close(filter_probs(logits, top_p=0.5), p(1.0, 0, 0, 0))
-    torch.testing.assert_close(filter_probs(logits, top_k=3), p(0.5, 0.25, 0.15, 0) / 0.9)
+    torch.testing.assert_close(filter_probs(logits, Sampling(top_p=0.7)), p(2 / 3, 1 / 3, 0, 0))
+    torch.testing.assert_close(filter_probs(logits, Sampling(top_p=0.5)), p(1.0, 0, 0, 0))
+    torch.testing.assert_close(filter_probs(logits, Sampling(top_k=3)), p(0.5, 0.25, 0.15, 0) / 0.9)
     squared = p(0.25, 0.0625, 0.0225, 0.01)
-    torch.testing.assert_close(filter_probs(logits, temperature=0.5), squared / squared.sum())
+    torch.testing.assert_close(filter_probs(logits, Sampling(temperature=0.5)), squared / squared.sum())
     # top_k first (0.5, 0.25 renormalised to 2/3, 1/3), then top_p=0.6 keeps the first only
-    torch.testing.assert_close(filter_probs(logits, top_k=2, top_p=0.6), p(1.0, 0, 0, 0))
+    torch.testing.assert_close(filter_probs(logits, Sampling(top_k=2, top_p=0.6)), p(1.0, 0, 0, 0))
     batch = torch.stack([logits, logits.flip(0)])  # filtering is per row
-    torch.testing.assert_close(filter_probs(batch, top_p=0.7)[1], p(0, 0, 1 / 3, 2 / 3))
+    torch.testing.assert_close(filter_probs(batch, Sampling(top_p=0.7))[1], p(0, 0, 1 / 3, 2 / 3))
     # the authors' top-p keeps the tokens whose cumulative probability (0.5, 0.75, 0.9, 1) is at most top_p
-    authors = lambda top_p: filter_probs(logits, top_p=top_p, top_p_mode='authors')
+    authors = lambda top_p: filter_probs(logits, Sampling(top_p=top_p, top_p_mode='authors'))
     torch.testing.assert_close(authors(0.7), p(1.0, 0, 0, 0))  # 0.25 crosses 0.7: dropped
     torch.testing.assert_close(authors(0.95), p(0.5, 0.25, 0.15, 0) / 0.9)
-    torch.testing.assert_close(filter_probs(logits, top_p=0.95), p(0.5, 0.25, 0.15, 0.1))  # nucleus keeps it
+    torch.testing.assert_close(filter_probs(logits, Sampling(top_p=0.95)), p(0.5, 0.25, 0.15, 0.1))  # nucleus keeps it
     torch.testing.assert_close(authors(0.3), p(1.0, 0, 0, 0))  # the most likely token always stays
-    assert filter_probs(logits, dtype=torch.float32).dtype == torch.float32
+    assert filter_probs(logits, Sampling(dtype=torch.float32)).dtype == torch.float32
 
 
 ULP = 2.0 ** -24  # the spacing of float32 numbers in [0.5, 1), where a CDF spends most of its tokens
@@ -144,7 +144,7 @@ def test_sampling_is_float64_and_follows_a_long_tail(cut):
     masses = {'head': 1 - PAIRS * ULP, '0.7-step tail': PAIRS * 0.7 * ULP, '0.3-step tail': (PAIRS - cut) * 0.3 * ULP}
     total = sum(masses.values())
     uniforms = torch.rand(DRAWS, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    counts = torch.bincount(inverse_cdf(filter_probs(logits, top_p=top_p), uniforms), minlength=len(logits))
+    counts = torch.bincount(inverse_cdf(filter_probs(logits, Sampling(top_p=top_p)), uniforms), minlength=len(logits))
     found = {'head': counts[0], '0.7-step tail': counts[1::2].sum(), '0.3-step tail': counts[2::2].sum()}
     for name, mass in masses.items():
         expected = DRAWS * mass / total
@@ -152,9 +152,9 @@ def test_sampling_is_float64_and_follows_a_long_tail(cut):
         assert abs(found[name].item() - expected) < 5 * sigma, (name, found[name].item(), expected)
     # sample_tokens draws through this float64 path by default
     rows = logits.expand(64, -1)
-    drawn = sample_tokens(rows, 1.0, None, 1.0, torch.Generator().manual_seed(1))
+    drawn = sample_tokens(rows, Sampling(), torch.Generator().manual_seed(1))
     uniforms = torch.rand(64, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(drawn, inverse_cdf(filter_probs(rows, dtype=torch.float64), uniforms).squeeze(-1))
+    assert torch.equal(drawn, inverse_cdf(filter_probs(rows, Sampling(dtype=torch.float64)), uniforms).squeeze(-1))
 
 
 @pytest.mark.parametrize('order', ['random', 'l2r', 'confidence'])
@@ -164,7 +164,7 @@ def test_seeded_sampling_is_deterministic(order):
 
     def run(seed, temperature=1.0):
         x = torch.zeros(4, T, dtype=torch.long)
-        return generate(model, x, known, 4, order=order, temperature=temperature,
+        return generate(model, x, known, 4, Sampling(temperature), policy=order,
                         generator=torch.Generator().manual_seed(seed))
 
     (a, sigma_a), (b, sigma_b), (c, _) = run(0), run(0), run(1)
@@ -177,7 +177,7 @@ def test_seeded_sampling_is_deterministic(order):
 @pytest.mark.parametrize('order', ['random', 'confidence'])
 def test_ids_past_n_tokens_are_never_drawn(order):
     # the padding rows of a GPT-2 table (50257 of 50304 are tokens) stand for ids 6..10 here
-    x, _ = generate(tiny_model(), torch.zeros(64, T, dtype=torch.long), torch.tensor(KNOWN['none']), 4, order=order,
+    x, _ = generate(tiny_model(), torch.zeros(64, T, dtype=torch.long), torch.tensor(KNOWN['none']), 4, policy=order,
                     generator=torch.Generator().manual_seed(0), n_tokens=6)
     assert x.max() == 5
 
@@ -185,7 +185,7 @@ def test_ids_past_n_tokens_are_never_drawn(order):
 def test_greedy_l2r_equals_argmax_of_full_forwards():
     model = tiny_model()
     x, _ = generate(model, torch.zeros(2, T, dtype=torch.long), torch.tensor(KNOWN['prefix']), 11,
-                    order='l2r', temperature=0)
+                    Sampling(temperature=0), policy='l2r')
     with torch.no_grad():
         logits, _ = model(x, torch.arange(T).expand(2, T))
     assert torch.equal(x[:, 5:], logits[:, 5:T].argmax(-1))
@@ -214,7 +214,7 @@ def test_parse_infill():
 ])
 def test_prompts_that_do_not_fit(start, infill, max_new_tokens, message):
     with pytest.raises(SystemExit, match=message):
-        sample.prompt_tokens(lambda text: [1] * len(text), 16, start, infill, max_new_tokens)
+        prompt_tokens(lambda text: [1] * len(text), 16, start, infill, max_new_tokens)
 
 
 # -----------------------------------------------------------------------------

@@ -1,0 +1,241 @@
+"""
+Any-order decoding with a KV cache: the engine owns the cache; the model only reads and writes it.
+
+An Engine decodes a batch step by step: `step` returns the logits of any number of target
+positions, all predicted from the same context (the cache and the new slots), and `accept` keeps
+the new slots in the cache. `generate` is the sampler of sample.py and gen_ppl.py built on it:
+the masked positions of a batch are decoded in `steps` steps (`schedule` says how many per step),
+in a random order, left to right, or most confident first, each token drawn by `Sampling`.
+"""
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+SCHEDULES = ('linear', 'cosine')
+POLICIES = ('random', 'l2r', 'confidence')  # which masked positions a step decodes
+CONFIDENCES = ('maxprob', 'entropy')
+TOP_P_MODES = ('nucleus', 'authors')
+
+
+class KVCache:
+    """Keys and values of the slots decoded so far, per layer, in buffers allocated once.
+
+    A forward with a cache writes the keys and values of all its new slots after the `length`
+    committed ones; `commit(n)` then keeps the first n of them. Slots written but not committed
+    (e.g. extra copies that only served as queries) are overwritten by the next forward.
+    """
+
+    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
+        shape = (config.n_layer, batch_size, config.n_head, max_slots, config.n_embd // config.n_head)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def update(self, layer, k, v):
+        end = self.length + k.size(2)
+        if end > self.k.size(3):
+            raise ValueError(f'KV cache overflow: {end} slots needed, {self.k.size(3)} allocated')
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def commit(self, n, last=None):
+        """Keep the first n new slots; with last (B,), row b keeps new slot n-1+last[b] as its n-th.
+
+        `last` picks, after the forward, which of the copies that ended a decoding step goes on.
+        """
+        if last is not None:
+            rows = torch.arange(self.k.size(1), device=last.device)
+            src, dst = self.length + n - 1 + last, torch.full_like(last, self.length + n - 1)
+            for buf in (self.k, self.v):
+                buf[:, rows, :, dst] = buf[:, rows, :, src]
+        self.length += n
+
+
+class Engine:
+    """Cached any-order decoding of a batch of batch_size rows, up to max_slots slots each.
+
+    The cache holds keys and values in the autocast dtype when autocast is on where the engine is
+    made, else in the model's dtype.
+    """
+
+    def __init__(self, model, batch_size, max_slots):
+        self.model = model
+        device = next(model.parameters()).device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) \
+            else next(model.parameters()).dtype
+        self.cache = KVCache(model.config, batch_size, max_slots, device, dtype)
+        self.new = 0  # slots of the last step, not yet accepted
+
+    def reset(self):
+        """Forget every slot: the next step starts a new sequence."""
+        self.cache.length, self.new = 0, 0
+
+    def step(self, tokens, positions, targets):
+        """Logits (B, k, V) for each target position in targets (B, k).
+
+        tokens, positions (B, m): the slots not yet in the cache, in decoding order: on the first
+        step the start slot (position -1) and any known tokens, later the tokens decoded by the
+        previous step. Each predicts the position after it; the last one is run once per target,
+        and these copies see the cache, the other new slots and themselves only, so every target is
+        predicted from the same context. Then accept() keeps the slots.
+        """
+        B, m = positions.shape
+        k = targets.size(1)
+        tok = torch.cat([tokens, tokens[:, -1:].expand(B, k - 1)], 1)
+        pos = torch.cat([positions, positions[:, -1:].expand(B, k - 1)], 1)
+        tgt = torch.cat([positions[:, 1:], targets], 1)
+        S, L = m + k - 1, self.cache.length
+        mask = torch.ones(S, L + S, dtype=torch.bool, device=tok.device).tril(L)
+        mask[m:, L + m - 1:] = torch.eye(S, dtype=torch.bool, device=tok.device)[m:, m - 1:]
+        queries = torch.arange(m - 1, S, device=tok.device).expand(B, k)  # no logits for the other slots
+        self.new = m
+        return self.model.forward_slots(tok, pos, tgt, self.cache, mask, out_slots=queries)
+
+    def accept(self, last=None):
+        """Keep the last step's slots, with the copy of row b's last slot whose target is decoded
+        next: copy last[b] (B,), or copy 0 if last is None."""
+        self.cache.commit(self.new, last)
+        self.new = 0
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a token is drawn from logits: temperature, then top_k, then top_p (see filter_probs),
+    by inverse CDF in `dtype`."""
+    temperature: float = 1.0  # 0: greedy
+    top_k: int | None = None
+    top_p: float = 1.0
+    top_p_mode: str = 'nucleus'
+    dtype: torch.dtype = torch.float64
+
+
+def step_sizes(n, steps, schedule='linear'):
+    """Tokens decoded at each step, counted as the authors' sampler does: by step i, n_i =
+    max(int(n * (1 - t_i)), n_{i-1} + 1) tokens, truncated, with the masking time t going from 1 to 0
+    in float32: linspace(1, 0, steps + 1), or cos(pi/2 * (1 - linspace(1, 0, steps + 1))) for cosine."""
+    t = torch.linspace(1, 0, steps + 1, dtype=torch.float32)
+    if schedule == 'cosine':
+        t = torch.cos((1 - t) * math.pi * 0.5)
+    reached = (n * (1 - t[1:])).long().tolist()
+    reached[-1] = n  # float32 cos(pi/2) is not quite 0; the last step always ends the sample
+    sizes, done = [], 0
+    for r in reached:
+        r = max(r, done + 1)
+        sizes.append(r - done)
+        done = r
+    return sizes
+
+
+def filter_probs(logits, sampling=Sampling()):
+    """Sampling probabilities in sampling.dtype from logits (..., V): temperature, then top_k, then top_p.
+
+    top_p_mode 'nucleus' keeps the smallest set of most likely tokens holding top_p of the mass
+    (the token that crosses top_p stays); 'authors' keeps those whose cumulative probability is at
+    most top_p (the crossing token goes, the most likely one always stays), as the authors' sampler.
+    """
+    s = sampling
+    logits = logits.to(s.dtype) / s.temperature
+    if s.top_k is not None and s.top_k < logits.size(-1):
+        kth = logits.topk(s.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    probs = logits.softmax(-1)
+    if s.top_p < 1.0:
+        sorted_probs, index = probs.sort(-1, descending=True)
+        cumulative = sorted_probs.cumsum(-1)
+        if s.top_p_mode == 'nucleus':  # drop a token when the more likely ones already hold top_p
+            drop = cumulative - sorted_probs >= s.top_p
+        else:
+            drop = cumulative > s.top_p
+            drop[..., 0] = False
+        probs = torch.zeros_like(probs).scatter(-1, index, sorted_probs.masked_fill(drop, 0.0))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def inverse_cdf(probs, u):
+    """The token drawn by each uniform of u (..., k) in [0, 1) from probs (..., V): (..., k).
+
+    In float64 every token's interval of the CDF is as wide as its probability; in float32 the CDF
+    near 1 moves in steps of 6e-8, so tokens below that get an empty interval or a whole step.
+    """
+    cdf = probs.cumsum(-1)
+    u = u.to(cdf.dtype) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=cdf.size(-1) - 1)
+
+
+def sample_tokens(logits, sampling, generator):
+    """One token per row of logits (..., V), each drawn independently."""
+    if sampling.temperature == 0:
+        return logits.argmax(-1)
+    # inverse CDF, one uniform per draw: much faster than torch.multinomial over a large vocabulary
+    probs = filter_probs(logits, sampling)
+    u = torch.rand(probs.shape[:-1] + (1,), generator=generator, device=probs.device, dtype=sampling.dtype)
+    return inverse_cdf(probs, u).squeeze(-1)
+
+
+def confidence_scores(logits, kind):
+    """Higher is more confident: the max-probability, or minus the entropy, of each prediction."""
+    logp = logits.float().log_softmax(-1)
+    return logp.max(-1).values.exp() if kind == 'maxprob' else (logp.exp() * logp).sum(-1)
+
+
+@torch.no_grad()
+def generate(model, x, known, steps, sampling=Sampling(), schedule='linear', policy='random', confidence='maxprob',
+             generator=None, n_tokens=None, progress=False, on_step=None):
+    """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
+
+    known (T,) bool: the given tokens (the same positions in every row). They are read first, left
+    to right, in one forward with the first step; then the n unknown positions are decoded in
+    `steps` steps, chosen by `policy` (see POLICIES; 'confidence' ranks by `confidence`). Tokens are
+    drawn by `sampling`, from ids below n_tokens only if given (the ids past it pad the vocabulary
+    table and have no text). on_step(targets, logits), if given, sees each step's positions (B, k)
+    and logits.
+    """
+    B, T = x.shape
+    masked = (~known).nonzero().squeeze(1).expand(B, -1)
+    given = known.nonzero().squeeze(1).expand(B, -1)
+    if policy == 'random':
+        masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=x.device).argsort(1))
+    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
+    # its own that it would compile again for
+    engine = Engine(model, B, T + 1)
+    positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
+    decoded = []
+    for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
+        candidates = masked if policy == 'confidence' else masked[:, :k]
+        logits = engine.step(x.gather(1, positions.clamp(min=0)), positions, candidates)[..., :n_tokens]
+        if policy == 'confidence':
+            pick = confidence_scores(logits, confidence).topk(k, dim=1).indices  # most confident first
+            targets = candidates.gather(1, pick)
+            logits = logits.gather(1, pick.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+            engine.accept(last=pick[:, 0])
+            rest = torch.ones_like(masked, dtype=torch.bool).scatter(1, pick, False)
+            masked = masked[rest].view(B, -1)
+        else:
+            targets, masked = candidates, masked[:, k:]
+            engine.accept()
+        x.scatter_(1, targets, sample_tokens(logits, sampling, generator))
+        if on_step is not None:
+            on_step(targets, logits)
+        decoded.append(targets)
+        positions = targets
+    return x, torch.cat(decoded, 1)
+
+
+def generate_many(model, ids, known, count, batch_size, steps, sampling=Sampling(), schedule='linear', policy='random',
+                  confidence='maxprob', generator=None, n_tokens=None, ctx=nullcontext(), desc=None):
+    """count samples (lists of ids) of one prompt, ids with its known positions (lists of T), drawn
+    by generate in batches of batch_size under ctx (autocast); desc names the progress bar."""
+    device = next(model.parameters()).device
+    known_mask = torch.tensor(known, device=device)
+    rows = []
+    for b in tqdm(range(0, count, batch_size), desc=desc, disable=desc is None, leave=False):
+        x = torch.tensor(ids, device=device).repeat(min(batch_size, count - b), 1)
+        with ctx:
+            x, _ = generate(model, x, known_mask, steps, sampling, schedule, policy, confidence, generator, n_tokens)
+        rows += x.tolist()  # waits for the device, so a timing is the sampling's
+    return rows

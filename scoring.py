@@ -1,0 +1,203 @@
+"""
+Scoring: how well a model predicts given tokens. Per-token log-probabilities of evaluation chunks,
+left to right, in any order and ensembled over context orders (eval_ppl.py, train.py's val losses
+read the same chunks), and the statistics of generated samples (gen_ppl.py).
+
+The fast ensemble: only the prefix up to slot i matters for target i, so each (target, member)
+query is a row of i+1 slots, rows of similar length are batched (at most max_tokens slots per
+forward) and only the query slot goes through the head: about half the slots of one full forward
+per query, and none of the wasted vocabulary projections.
+"""
+import math
+import os
+from contextlib import nullcontext
+
+import torch
+from torch.nn import functional as F
+from torch.nn.utils.rnn import pad_sequence
+from tqdm import tqdm
+
+from checkpoints import GPT2_VOCAB, checkpoint_tokens, weights_read
+from common import find_checkpoint, load_hf_causal_lm, read_checkpoint, release_freed_memory
+from configurator import fail
+
+HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
+
+
+# -----------------------------------------------------------------------------
+# chunks: left to right, any order, context-order ensembles
+
+def random_context_orders(order, n_extra, seed):
+    """context_orders(i) -> (n_extra, i): independent uniform orders of the context set order[:i].
+
+    Seeded per target, so the orders do not depend on batching, and drawn row after row, so the
+    members of a smaller ensemble are the first members of a larger one.
+    """
+    def context_orders(i):
+        g = torch.Generator().manual_seed(hash((seed, i)))
+        return order[:i][torch.rand(n_extra, i, generator=g, dtype=torch.float64).argsort(1)]
+    return context_orders
+
+
+def query_batches(order, context_orders, max_tokens):
+    """Rows (target i >= 1, member j, context order), longest first, grouped under the token budget.
+
+    Target 0 has an empty context, the same in every order, so it needs no query. A batch's rows are
+    padded to its first (longest) row; keeping them within 1/8 of its length bounds the padding to
+    12.5% of the slots.
+    """
+    batch, width = [], 0
+    for i in reversed(range(1, len(order))):
+        for j, context in enumerate(context_orders(i), start=1):
+            width = width or i + 1
+            if batch and ((len(batch) + 1) * (width + HEAD_COST) > max_tokens or 8 * (width - i - 1) > width):
+                yield batch
+                batch, width = [], i + 1
+            batch.append((i, j, context))
+    if batch:
+        yield batch
+
+
+@torch.no_grad()
+def ensemble_logprobs(model, x, order, context_orders, n_members, max_tokens):
+    """log p(x[order_i] | context set x[order_<i] read in member j's order): (n_members, n).
+
+    Member 0 reads the context in `order` itself (one forward for every target); members 1.. read it
+    in context_orders(i)[j-1]. A query is a row: the start slot, then the context in the member's
+    order (each slot predicting the next position), the last slot predicting order[i]. Right
+    padding is harmless under causal attention, and only the last real slot goes through the head.
+    """
+    n = len(x)
+    out = torch.empty(n_members, n)
+    _, loss = model(x[None], order[None], reduction='none')
+    out[0] = -loss[0].float().cpu()
+    if n_members == 1:
+        return out
+    out[1:, 0] = out[0, 0]  # an empty context reads the same in every order
+    order_cpu = order.cpu()  # rows are built on the CPU, then moved in one piece
+    for batch in query_batches(order_cpu, lambda i: context_orders(i)[:n_members - 1], max_tokens):
+        if len(batch) == 1:  # twice: a compiled model then never meets one row, a shape it would compile again
+            batch = batch * 2
+        pos = pad_sequence([torch.cat([torch.tensor([-1]), context]) for _, _, context in batch],
+                           batch_first=True, padding_value=-1)
+        tgt = pad_sequence([torch.cat([context, order_cpu[i:i + 1]]) for i, _, context in batch],
+                           batch_first=True, padding_value=-1)
+        i, j = (torch.tensor(v) for v in list(zip(*batch))[:2])
+        pos, tgt, i_dev = pos.to(x.device), tgt.to(x.device), i.to(x.device)
+        logits = model.forward_slots(x[pos.clamp(min=0)], pos, tgt, out_slots=i_dev[:, None])[:, 0]
+        out[j, i] = F.log_softmax(logits.float(), dim=-1).gather(1, x[order[i_dev]][:, None])[:, 0].cpu()
+    return out
+
+
+def ensemble_sizes(m):
+    return [2 ** k for k in range(int(math.log2(m)) + 1)] + ([m] if m & (m - 1) else [])
+
+
+@torch.no_grad()  # the kept per-token results must not hold each chunk's graph
+def score_chunks(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), desc=None, l2r_ctx=None):
+    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n), on the CPU.
+
+    The any-order members run under ctx, the left-to-right pass under l2r_ctx (default: ctx).
+    """
+    l2r, members = [], []
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
+        n = len(x)
+        order = torch.randperm(n, generator=generator)
+        x, identity = x.to(device), torch.arange(n, device=device)
+        with ctx if l2r_ctx is None else l2r_ctx:
+            _, loss = model(x[None], identity[None], reduction='none')
+        l2r.append(-loss[0].float().cpu())
+        with ctx:
+            orders = random_context_orders(order, n_members - 1, hash((seed, c)))
+            members.append(ensemble_logprobs(model, x, order.to(device), orders, n_members, max_tokens))
+        release_freed_memory()
+    return torch.cat(l2r), torch.cat(members, dim=1)
+
+
+@torch.no_grad()
+def hf_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None):
+    """log p(x_t | x_<t), t = 2..n, of every chunk under a Hugging Face causal LM: (N*(n-1),), on the CPU.
+
+    The first token of a chunk has no context and is not scored, as the authors scored GPT-2.
+    Every position goes through the head, so a chunk costs n*(1+HEAD_COST) slots of the budget.
+    """
+    device = next(model.parameters()).device
+    rows = max(1, max_tokens // (chunks.size(1) * (1 + HEAD_COST)))
+    out = []
+    for batch in tqdm(chunks.split(rows), desc=desc, disable=desc is None):
+        x = batch.to(device)
+        with ctx:
+            logits = model(x).logits[:, :-1]
+        out.append(-F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten(), reduction='none').cpu())
+        release_freed_memory()
+    return torch.cat(out)
+
+
+def perplexities(l2r, members):
+    ppl = {'l2r': math.exp(-l2r.mean().item())}
+    for m in ensemble_sizes(members.size(0)):
+        p_ens = members[:m].logsumexp(0) - math.log(m)
+        ppl[m] = math.exp(-p_ens.mean().item())
+    return ppl
+
+
+# -----------------------------------------------------------------------------
+# samples: a scorer's NLL of their tokens, left to right, and their statistics
+
+def load_scorer(name, device):
+    """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; its vocabulary (what the ids mean, as
+    checkpoint_vocab says it, and how many), the longest sequence it reads, and which weights of a
+    checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
+    if name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name):
+        model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
+
+        def nll(x):
+            _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
+            return loss[:, 1:].float()
+        return nll, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
+            weights_read(checkpoint)
+    model = load_hf_causal_lm(name, device)
+    if model.config.vocab_size < GPT2_VOCAB:
+        fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
+             f'read GPT-2 BPE ids (gpt2, gpt2-medium, gpt2-large, gpt2-xl, ...)')
+
+    def nll(x):
+        logits = model(input_ids=x).logits[:, :-1].float()
+        return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction='none')
+    return nll, ('gpt2', model.config.vocab_size), getattr(model.config, 'max_position_embeddings', None), None
+
+
+@torch.no_grad()
+def score_samples(records, nll, batch_size, device):
+    """The NLL of every scored token (generated, not the first of the sample) of each record, scoring
+    batch_size records at once on device."""
+    scored = []
+    for b in tqdm(range(0, len(records), batch_size), desc='scoring', leave=False):
+        batch = records[b:b + batch_size]
+        x = torch.tensor([r['tokens'] for r in batch], device=device)
+        scored += [row[generated(r)[1:]] for r, row in zip(batch, nll(x).cpu())]
+    return scored
+
+
+def generated(record):
+    """Which positions of a sample were generated (True), not given by a prompt."""
+    mask = torch.ones(len(record['tokens']), dtype=torch.bool)
+    mask[torch.tensor(record['known'], dtype=torch.long)] = False
+    return mask
+
+
+def unigram_entropy(tokens):
+    """Entropy (nats) of the frequencies of the tokens (1-d tensor) of one sample."""
+    p = tokens.unique(return_counts=True)[1].double() / len(tokens)
+    return -(p * p.log()).sum().item()
+
+
+def summarize(records, nlls):
+    """The row of one grid point: gen PPL (mean, population std), pooled PPL, entropy, time."""
+    ppl = torch.stack([nll.double().mean().exp() for nll in nlls])
+    return dict(n=len(records), gen_ppl=ppl.mean().item(), gen_ppl_std=ppl.std(correction=0).item(),
+                pooled_ppl=math.exp(torch.cat(nlls).double().mean().item()),
+                entropy=sum(unigram_entropy(torch.tensor(r['tokens'])[generated(r)]) for r in records) / len(records),
+                seconds_per_sample=sum(r['seconds'] for r in records) / len(records))
