@@ -1,9 +1,11 @@
 """eval_ppl.py: the authors' chunks, the fast ensemble equals their one-forward-per-query algorithm, the
 GPT-2 baseline equals the model's own loss, CLI."""
+import ast
 import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -12,7 +14,7 @@ import torch
 import eval_ppl as script
 from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
                         paper_chunks, ptb_detokenize, wikitext_detokenize)
-from conftest import needs, one_line_error, peak_memory_run, run_script
+from conftest import ROOT, needs, one_line_error, peak_memory_run, run_script
 from scoring import ensemble_logprobs, ensemble_sizes, random_context_orders, score_chunks
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
@@ -260,3 +262,17 @@ def test_a_set_too_short_for_one_chunk_per_batch(workdir, bpe_ckpt):
                                                '--data_file=words.txt', cwd=workdir)
     out = eval_ppl(workdir, f'--out_dir={bpe_ckpt}', '--device=cpu', '--data_file=words.txt', '--pipeline=clean')
     assert out.stdout.splitlines()[-1].split()[:2] == ['words.txt', '32']
+
+
+def test_readme_library_example_equals_the_script(workdir, char_ckpt):
+    """The README's example of the library, run as it is written, gives eval_ppl.py's numbers."""
+    readme = open(os.path.join(ROOT, 'README.md')).read()
+    code = readme.split('The library used directly')[1].split('```python\n')[1].split('```')[0]
+    code = code.replace('out-shakespeare-char/ckpt.pt', f'{char_ckpt}/ckpt.pt')
+    printed = subprocess.run([sys.executable, '-c', code], cwd=workdir, capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=ROOT), check=True).stdout
+    eval_ppl(workdir, f'--out_dir={char_ckpt}', '--ensemble=4', '--max_chunks=8', '--seed=0', '--device=cpu',
+             '--out_json=readme.json')
+    expected = json.load(open(workdir / 'readme.json'))['results']['shakespeare_char']['ppl']
+    expected = {k if k == 'l2r' else int(k): v for k, v in expected.items()}  # JSON keys are strings
+    assert ast.literal_eval(printed.strip()) == pytest.approx(expected)
