@@ -138,25 +138,25 @@ def bench_eval(ns=(128, 256), members=8, slow_sample=16):
     print(f'eval ensemble: {model.get_num_params() / 1e6:.1f}M params, M={members}, {device} float32')
     times = {}
     for n in ns:
-        x, sigma = torch.randint(vocab_size, (n,), device=device), torch.randperm(n)
-        orders = random_context_orders(sigma, members - 1, seed)
+        x, order = torch.randint(vocab_size, (n,), device=device), torch.randperm(n)
+        context_orders = random_context_orders(order, members - 1, seed)
         t0 = time.perf_counter()
-        ensemble_logprobs(model, x, sigma.to(device), orders, members, max_tokens=32768)
+        ensemble_logprobs(model, x, order.to(device), context_orders, members, max_tokens=32768)
         sync()
         fast = time.perf_counter() - t0
         t0 = time.perf_counter()
         with torch.no_grad():
-            model(x[None], sigma[None].to(device))  # member 1: one forward for every target
+            model(x[None], order[None].to(device))  # member 1: one forward for every target
             targets = range(0, n, slow_sample)
             for i in targets:
-                for context in orders(i):
-                    model(x[None], torch.cat([context, sigma[i:]])[None].to(device))
+                for context in context_orders(i):
+                    model(x[None], torch.cat([context, order[i:]])[None].to(device))
         sync()
         slow = time.perf_counter() - t0
         slow *= n / len(targets)
         minimum = (n + 1) + (members - 1) * n * (n + 1) // 2  # sum of prefix lengths
         slow_slots = (n + 1) * (1 + (members - 1) * n)
-        fast_slots = (n + 1) + sum(len(b) * (b[0][0] + 1) for b in query_batches(sigma, orders, 32768))
+        fast_slots = (n + 1) + sum(len(b) * (b[0][0] + 1) for b in query_batches(order, context_orders, 32768))
         ideal = slow * minimum / slow_slots  # the slow path's speed per slot, on the minimal slots
         times[n] = fast, slow
         print(f'  n={n:<5} fast {fast:7.2f}s  slow {slow:8.2f}s  ratio {slow / fast:5.1f}x | fast slots '

@@ -23,12 +23,12 @@ num_proc=8)), and each batch is concatenated and cut into block_size chunks on i
 remainder dropped. --pipeline=clean instead strips the rows, skips the blank ones and cuts their
 one concatenation.
 
-Each chunk x gets a seeded uniformly random order sigma. Reported per set:
+Each chunk x gets a seeded uniformly random order. Reported per set:
 - l2r: perplexity in the left-to-right order (--l2r_dtype; 'auto' is the authors' choice: bf16
   autocast on a GPU that has it, float32 for a Hugging Face model and on the CPU);
-- M=1 (any-order): exp of the mean of -log p(x[sigma_i] | x[sigma_<i]);
-- M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[sigma_<i] in
-  sigma's order and members 2..M in independent uniform orders; the members are nested, so one
+- M=1 (any-order): exp of the mean of -log p(x[order_i] | x[order_<i]);
+- M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[order_<i] in
+  that order and members 2..M in independent uniform orders; the members are nested, so one
   run gives the whole curve up to --ensemble.
 Any-order and ensemble numbers are computed in --dtype: float32 by default, as the authors' AO-GPT
 scripts; their sigma-GPT any-order script used bf16 autocast (--dtype=bfloat16).

@@ -7,7 +7,8 @@ position it must predict (order[j]), so with causal attention slot j predicts x[
 x[order[0..j-1]]. Trained over uniformly random orders this is an any-order autoregressive model,
 i.e. a masked diffusion model; with the identity order it is a plain GPT.
 
-How a slot is told its target is `target_injection`, and each names the paper's whole model:
+How a slot is told its target is `target_injection`, and each names the paper's whole model (its
+Recipe in RECIPES says all that differs):
 - 'adaln' (AO-GPT): a 128-wide target-position embedding drives adaLN shift/scale/gate in every
   block and before the head; RMSNorm, QK-norm, an untied head with a bias, truncated-normal init;
 - 'add' (sigma-GPT, the paper's baseline): an n_embd-wide target-position embedding is added to
@@ -26,9 +27,6 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-TARGET_INJECTIONS = ('adaln', 'add')
-
-
 @dataclass
 class GPTConfig:
     block_size: int = 1024
@@ -40,17 +38,17 @@ class GPTConfig:
     target_init_std: float = 0.02  # init std of the target-position embedding (the authors': 0.02)
     dropout: float = 0.0
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
-    target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see above
+    target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
 
     def __post_init__(self):
-        if self.target_injection not in TARGET_INJECTIONS:
-            raise ValueError(f"target_injection must be one of {TARGET_INJECTIONS}, got {self.target_injection!r}")
+        if self.target_injection not in RECIPES:
+            raise ValueError(f"target_injection must be one of {tuple(RECIPES)}, got {self.target_injection!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
 
     @property
-    def adaln(self):
-        return self.target_injection == 'adaln'
+    def recipe(self):
+        return RECIPES[self.target_injection]
 
 
 class RMSNorm(nn.Module):
@@ -61,10 +59,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
-
-
-def make_norm(config, dim):
-    return RMSNorm(dim) if config.adaln else nn.LayerNorm(dim, bias=config.bias)
 
 
 def modulate(x, shift, scale):
@@ -79,11 +73,10 @@ class CausalSelfAttention(nn.Module):
         head_size = config.n_embd // config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        # QK-norm keeps AO-GPT's attention logits bounded; sigma-GPT has none
-        self.q_norm = RMSNorm(head_size) if config.adaln else nn.Identity()
-        self.k_norm = RMSNorm(head_size) if config.adaln else nn.Identity()
-        # the authors drop nothing inside AO-GPT's attention, but do inside sigma-GPT's (nanoGPT's)
-        self.attn_dropout = 0.0 if config.adaln else config.dropout
+        recipe = config.recipe
+        self.q_norm = RMSNorm(head_size) if recipe.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(head_size) if recipe.qk_norm else nn.Identity()
+        self.attn_dropout = config.dropout if recipe.attn_dropout else 0.0
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None, attn_mask=None):
@@ -111,26 +104,36 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """A pre-norm transformer block (sigma-GPT's: the target is in x already)."""
+
     def __init__(self, config, layer_idx):
         super().__init__()
-        self.ln_1 = make_norm(config, config.n_embd)
+        self.ln_1 = config.recipe.norm(config, config.n_embd)
         self.attn = CausalSelfAttention(config, layer_idx)
-        self.ln_2 = make_norm(config, config.n_embd)
+        self.ln_2 = config.recipe.norm(config, config.n_embd)
         self.mlp = MLP(config)
-        # shift, scale, gate for attention and for the MLP, from the slot's target position
-        self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 6 * config.n_embd)) if config.adaln else None
 
     def forward(self, x, c, cache=None, attn_mask=None):
-        if self.adaLN is None:  # sigma-GPT: a plain pre-norm block (the target is in x already)
-            x = x + self.attn(self.ln_1(x), cache, attn_mask)
-            return x + self.mlp(self.ln_2(x))
+        x = x + self.attn(self.ln_1(x), cache, attn_mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class AdaLNBlock(Block):
+    """AO-GPT's block: the slot's target condition c sets a shift, scale and gate around attention
+    and around the MLP."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 6 * config.n_embd))
+
+    def forward(self, x, c, cache=None, attn_mask=None):
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN(c).chunk(6, dim=-1)
         x = torch.addcmul(x, gate1, self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask))
         return torch.addcmul(x, gate2, self.mlp(modulate(self.ln_2(x), shift2, scale2)))
 
 
 class FinalLayer(nn.Module):
-    """AO-GPT's last norm, modulated by the target position (sigma-GPT has a plain ln_f instead)."""
+    """AO-GPT's last norm, modulated by the target position."""
 
     def __init__(self, config):
         super().__init__()
@@ -142,23 +145,48 @@ class FinalLayer(nn.Module):
         return modulate(self.ln_f(x), shift, scale)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What sets one network of the paper apart, in one place; the rest of the code is shared.
+
+    adaln: the target position drives adaLN in every block and before the head (a cond_dim-wide
+    embedding); else its n_embd-wide embedding is added to the slot's input. The others are each
+    model's house style."""
+    adaln: bool
+    norm: object  # (config, dim) -> the norm of the blocks (and of sigma-GPT's head)
+    qk_norm: bool  # RMSNorm on queries and keys, which keeps the attention logits bounded
+    attn_dropout: bool  # dropout inside attention too, not only after it
+    tied_head: bool  # the head is wte, without a bias
+    truncated_init: bool  # normal init cut at 3 std
+
+
+RECIPES = {
+    'adaln': Recipe(adaln=True, norm=lambda config, dim: RMSNorm(dim), qk_norm=True, attn_dropout=False,
+                    tied_head=False, truncated_init=True),  # AO-GPT, as the authors' code
+    'add': Recipe(adaln=False, norm=lambda config, dim: nn.LayerNorm(dim, bias=config.bias), qk_norm=False,
+                  attn_dropout=True, tied_head=True, truncated_init=False),  # sigma-GPT: a nanoGPT
+}
+TARGET_INJECTIONS = tuple(RECIPES)
+
+
 class GPT(nn.Module):
 
     def __init__(self, config):
         super().__init__()
         self.config = config
+        recipe = config.recipe
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size + 1, config.n_embd),  # row 0: the start slot
             # target-position embedding: adaLN's input, or added to the slot's input
-            wtpe=nn.Embedding(config.block_size, config.cond_dim if config.adaln else config.n_embd),
+            wtpe=nn.Embedding(config.block_size, config.cond_dim if recipe.adaln else config.n_embd),
             wnonee=nn.Embedding(1, config.n_embd),  # the start token ("[None]")
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
-            **(dict(final_layer=FinalLayer(config)) if config.adaln else dict(ln_f=make_norm(config, config.n_embd))),
+            h=nn.ModuleList([(AdaLNBlock if recipe.adaln else Block)(config, i) for i in range(config.n_layer)]),
+            **(dict(final_layer=FinalLayer(config)) if recipe.adaln else dict(ln_f=recipe.norm(config, config.n_embd))),
         ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=config.adaln)
-        if not config.adaln:  # sigma-GPT ties the head to the token embedding
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=not recipe.tied_head)
+        if recipe.tied_head:
             self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
@@ -166,7 +194,7 @@ class GPT(nn.Module):
                 self._init_normal(p, 0.02 / math.sqrt(2 * config.n_layer))
 
     def _init_normal(self, weight, std):
-        if self.config.adaln:  # AO-GPT truncates at 3 std, sigma-GPT (nanoGPT) does not
+        if self.config.recipe.truncated_init:
             nn.init.trunc_normal_(weight, std=std, a=-3 * std, b=3 * std)
         else:
             nn.init.normal_(weight, std=std)
@@ -216,7 +244,8 @@ class GPT(nn.Module):
         is_start = (positions < 0).unsqueeze(-1)
         h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens)) + wt.wpe(positions + 1)
         c = wt.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
-        if not self.config.adaln:
+        adaln = self.config.recipe.adaln
+        if not adaln:
             h = h + c
         h = wt.drop(h)
         if cache is not None and attn_mask is None:
@@ -227,7 +256,7 @@ class GPT(nn.Module):
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
-        return self.lm_head(wt.final_layer(h, c) if self.config.adaln else wt.ln_f(h))
+        return self.lm_head(wt.final_layer(h, c) if adaln else wt.ln_f(h))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # matrices and embeddings decay; biases and norm weights do not
