@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from common import autocast, check_device, peak_memory_mb, print_table, reset_peak_memory
+from configurator import at_least, check_settings, configure, fail
 from engine import Engine, Sampling, generate, sample_tokens, step_sizes
 from model import GPT, GPTConfig, TARGET_INJECTIONS
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
@@ -50,10 +52,7 @@ rounds = 5
 run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
-config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from common import autocast, check_device, peak_memory_mb, print_table, reset_peak_memory  # noqa: E402
-from configurator import at_least, check_settings, configure, fail  # noqa: E402
-configure(globals(), config_keys, doc=__doc__)
+configure(globals(), doc=__doc__)
 # -----------------------------------------------------------------------------
 BENCHMARKS = ('train', 'eval', 'sample', 'memory', 'arch')
 check_settings(globals(), {

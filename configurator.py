@@ -1,11 +1,10 @@
 """
 Command-line overrides for the module-level settings of a script.
 
-A script defines its settings as plain globals with defaults, then hands them over:
+A script defines its settings as plain globals with defaults (its public lower-case globals of a
+plain type: setting_keys), then hands them over:
 
-    config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, type(None)))]
-    from configurator import configure
-    configure(globals(), config_keys, doc=__doc__)
+    configure(globals(), doc=__doc__)
 
 and is run as
 
@@ -36,12 +35,19 @@ TRUE_WORDS = {'true', '1', 'yes'}
 FALSE_WORDS = {'false', '0', 'no'}
 
 
-def configure(namespace, keys, argv=None, doc=None):
-    """Apply the overrides in argv (default sys.argv[1:]) to namespace; return {key: new value}.
+def setting_keys(namespace):
+    """The settings of a script: its public lower-case globals of a plain type."""
+    return [k for k, v in namespace.items() if not k.startswith('_') and k.islower() and isinstance(v, PLAIN_TYPES)]
+
+
+def configure(namespace, keys=None, argv=None, doc=None):
+    """Apply the overrides in argv (default sys.argv[1:]) to the settings `keys` (default
+    setting_keys(namespace)) of namespace; return {key: new value}.
 
     Types are checked against the defaults and namespace is only updated once every argument
     is valid, so a mistake leaves the settings untouched.
     """
+    keys = setting_keys(namespace) if keys is None else keys
     args = list(sys.argv[1:] if argv is None else argv)
     if '--help' in args or '-h' in args:
         print_help(namespace, keys, doc)

@@ -57,7 +57,7 @@ from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, lo
 from checkpoints import checkpoint_tokens
 from common import (DTYPES, autocast, check_device, default_device, find_checkpoint, load_hf_causal_lm, print_table,
                     read_checkpoint)
-from configurator import at_least, check_settings, fail, one_of
+from configurator import at_least, check_settings, configure, fail, one_of
 from scoring import ensemble_sizes, hf_l2r_logprobs, perplexities, score_chunks
 
 # -----------------------------------------------------------------------------
@@ -79,7 +79,6 @@ device = default_device()
 dtype = 'float32'  # any-order and ensemble numbers (their AO-GPT scripts: float32; their sigma-GPT one: bfloat16)
 l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype
 compile = False  # torch.compile the model's forward, with dynamic shapes (the query batches vary in size)
-config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 # -----------------------------------------------------------------------------
 
 SPLITS = ('test', 'validation', 'train')
@@ -191,6 +190,5 @@ def report(results, ensemble):
 
 
 if __name__ == '__main__':
-    from configurator import configure
-    configure(globals(), config_keys, doc=__doc__)
+    configure(globals(), doc=__doc__)
     main()

@@ -37,7 +37,7 @@ from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, check_steps, default_device, default_dtype,
                     describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens, read_checkpoint,
                     read_jsonl, same_vocab)
-from configurator import check_settings, fail
+from configurator import check_settings, configure, fail
 from engine import Sampling, generate_many
 from scoring import load_scorer, score_samples, summarize
 
@@ -236,8 +236,5 @@ def report(results, scorer_name):
 
 
 if __name__ == '__main__':
-    config_keys = [k for k, v in globals().items()
-                   if not k.startswith('_') and k.islower() and isinstance(v, (int, float, bool, str, type(None)))]
-    from configurator import configure
-    configure(globals(), config_keys, doc=__doc__)
+    configure(globals(), doc=__doc__)
     main()

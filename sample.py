@@ -22,7 +22,7 @@ import torch
 from checkpoints import token_count
 from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, check_steps, default_device, default_dtype,
                     find_checkpoint, load_tokenizer, prompt_tokens, read_checkpoint)
-from configurator import check_settings, optional_int
+from configurator import check_settings, configure, optional_int
 from engine import Sampling, generate
 
 # -----------------------------------------------------------------------------
@@ -79,8 +79,5 @@ def main():
 
 
 if __name__ == '__main__':
-    config_keys = [k for k, v in globals().items()
-                   if not k.startswith('_') and k.islower() and isinstance(v, (int, float, bool, str, type(None)))]
-    from configurator import configure
-    configure(globals(), config_keys, doc=__doc__)
+    configure(globals(), doc=__doc__)
     main()

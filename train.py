@@ -31,6 +31,7 @@ from benchmarks import load_tokens, paper_chunks
 from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
 from common import (autocast, check_device, check_vocab, dataset_vocab, default_device, default_dtype, find_checkpoint,
                     read_checkpoint)
+from configurator import above, at_least, between, check_settings, configure, fail, one_of, setting_keys
 from model import GPT, GPTConfig, TARGET_INJECTIONS
 from training import ORDER_MODES, make_ema, make_fixed_order, sample_orders
 
@@ -90,10 +91,8 @@ compile = torch.cuda.is_available()
 seed = 1337
 peak_flops = 989e12  # per device, for MFU: H100 bf16 dense
 # -----------------------------------------------------------------------------
-config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
-from configurator import above, at_least, between, check_settings, configure, fail, one_of  # noqa: E402
-overridden = configure(globals(), config_keys, doc=__doc__)  # what a config file or flag set
-config = {k: globals()[k] for k in config_keys}
+overridden = configure(globals(), doc=__doc__)  # what a config file or flag set
+config = {k: globals()[k] for k in setting_keys(globals())}
 # -----------------------------------------------------------------------------
 # every setting is checked before any work (and, under torchrun, before the processes meet)
 
