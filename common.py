@@ -188,6 +188,12 @@ def gpt2_encoding():
              f'network, or point TIKTOKEN_CACHE_DIR at a cache that holds it')
 
 
+def is_hf_model(name):
+    """Whether init_from (or a scorer) names a Hugging Face causal LM, a Hub name or a folder saved with
+    save_pretrained, rather than one of our checkpoints ('resume', a .pt or other file, hf:owner/repo/file)."""
+    return not (name == 'resume' or name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name))
+
+
 def load_hf_causal_lm(name, device):
     """A Hugging Face causal LM (gpt2, gpt2-large, ... or a local folder), in eval mode, through the
     optional dependency transformers; one-line errors when it or the weights cannot be had."""

@@ -11,8 +11,9 @@ on the authors' evaluation chunks.
 
 init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
 Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated (--use_ema=False, or a
-checkpoint without EMA weights: the raw ones); or a Hugging Face GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a folder saved with
-save_pretrained; needs transformers), scored left-to-right only.
+checkpoint without EMA weights: the raw ones); or a Hugging Face causal LM (gpt2, gpt2-medium,
+gpt2-large, gpt2-xl, another Hub name, or a folder saved with save_pretrained; needs transformers),
+scored left-to-right only.
 
 The chunks (--pipeline=paper, the default, as the authors' data pipeline makes them): every row of
 a set exactly as the Hugging Face Hub serves it (WikiText: the raw lines with their newline, a
@@ -55,8 +56,8 @@ import torch
 
 from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
 from checkpoints import checkpoint_tokens
-from common import (DTYPES, autocast, check_device, default_device, find_checkpoint, load_hf_causal_lm, print_table,
-                    read_checkpoint)
+from common import (DTYPES, autocast, check_device, default_device, find_checkpoint, is_hf_model, load_hf_causal_lm,
+                    print_table, read_checkpoint)
 from configurator import at_least, check_settings, configure, fail, one_of
 from scoring import ensemble_sizes, hf_l2r_logprobs, perplexities, score_chunks
 
@@ -82,12 +83,6 @@ compile = False  # torch.compile the model's forward, with dynamic shapes (the q
 # -----------------------------------------------------------------------------
 
 SPLITS = ('test', 'validation', 'train')
-HF_GPT2 = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')
-
-
-def is_hf_model(name):
-    """A Hugging Face GPT-2 name (openai-community/ optional) or a folder saved with save_pretrained."""
-    return name.removeprefix('openai-community/') in HF_GPT2 or os.path.isfile(os.path.join(name, 'config.json'))
 
 
 def l2r_precision(l2r_dtype, device, hf):

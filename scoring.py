@@ -9,7 +9,6 @@ forward) and only the query slot goes through the head: about half the slots of 
 per query, and none of the wasted vocabulary projections.
 """
 import math
-import os
 from contextlib import nullcontext
 
 import torch
@@ -18,7 +17,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from checkpoints import GPT2_VOCAB, checkpoint_tokens, weights_read
-from common import find_checkpoint, load_hf_causal_lm, read_checkpoint, release_freed_memory
+from common import find_checkpoint, is_hf_model, load_hf_causal_lm, read_checkpoint, release_freed_memory
 from configurator import fail
 
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
@@ -150,7 +149,7 @@ def load_scorer(name, device):
     """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; its vocabulary (what the ids mean, as
     checkpoint_vocab says it, and how many), the longest sequence it reads, and which weights of a
     checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
-    if name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name):
+    if not is_hf_model(name):
         model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
 
         def nll(x):
