@@ -184,7 +184,7 @@ def confidence_scores(logits, kind):
 
 
 @torch.no_grad()
-def generate(model, x, known, steps, sampling=Sampling(), schedule='linear', policy='random', confidence='maxprob',
+def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', policy='random', confidence='maxprob',
              generator=None, n_tokens=None, progress=False, on_step=None):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
@@ -226,16 +226,17 @@ def generate(model, x, known, steps, sampling=Sampling(), schedule='linear', pol
     return x, torch.cat(decoded, 1)
 
 
-def generate_many(model, ids, known, count, batch_size, steps, sampling=Sampling(), schedule='linear', policy='random',
-                  confidence='maxprob', generator=None, n_tokens=None, ctx=nullcontext(), desc=None):
+def generate_many(model, ids, known, count, batch_size, steps, sampling=Sampling(), *, ctx=nullcontext(), desc=None,
+                  **options):
     """count samples (lists of ids) of one prompt, ids with its known positions (lists of T), drawn
-    by generate in batches of batch_size under ctx (autocast); desc names the progress bar."""
+    by generate (with its options) in batches of batch_size under ctx (autocast); desc names the
+    progress bar."""
     device = next(model.parameters()).device
     known_mask = torch.tensor(known, device=device)
     rows = []
     for b in tqdm(range(0, count, batch_size), desc=desc, disable=desc is None, leave=False):
         x = torch.tensor(ids, device=device).repeat(min(batch_size, count - b), 1)
         with ctx:
-            x, _ = generate(model, x, known_mask, steps, sampling, schedule, policy, confidence, generator, n_tokens)
+            x, _ = generate(model, x, known_mask, steps, sampling, **options)
         rows += x.tolist()  # waits for the device, so a timing is the sampling's
     return rows

@@ -171,8 +171,9 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
 
     def draw(s, t, p, count, generator):
         sampling = Sampling(t, top_k, p, top_p_mode, getattr(torch, sample_dtype))
-        return generate_many(model, ids, known, count, batch_size, s, sampling, schedule, order, confidence,
-                             generator, n_tokens, autocast(device, dtype), f'steps={s} temperature={t} top_p={p}')
+        return generate_many(model, ids, known, count, batch_size, s, sampling, ctx=autocast(device, dtype),
+                             desc=f'steps={s} temperature={t} top_p={p}', schedule=schedule, policy=order,
+                             confidence=confidence, generator=generator, n_tokens=n_tokens)
     draw(*points[0], min(batch_size, num_samples), torch.Generator(device))  # warm-up
     records = []
     with open(samples_out, 'w', encoding='utf-8') as f:

@@ -71,8 +71,8 @@ def main():
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
     with autocast(device, dtype):
         sampling = Sampling(temperature, top_k, top_p, top_p_mode, getattr(torch, sample_dtype))
-        x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, sampling, schedule, order, confidence,
-                        generator, n_tokens, progress=True)
+        x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, sampling, schedule=schedule,
+                        policy=order, confidence=confidence, generator=generator, n_tokens=n_tokens, progress=True)
     for row in x.tolist():
         print(decode(row))
         print('---------------')
