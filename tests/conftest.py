@@ -251,6 +251,12 @@ def one_line_error(script, *args, cwd):
     return message
 
 
+def says(message, *parts):
+    """Assert that an error message names each of parts (the setting or value at fault, the file, the fix)."""
+    for part in parts:
+        assert part in message, f'{part!r} is not in the message: {message!r}'
+
+
 # -----------------------------------------------------------------------------
 # tiny models and what the scripts print
 

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from configurator import configure
+from conftest import says
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = dict(out_dir='out', learning_rate=6e-4, max_iters=5000, compile=True, init_from=None)
@@ -23,7 +24,7 @@ def error_of(*argv):
     with pytest.raises(SystemExit) as exc:
         run(*argv)
     message = str(exc.value.code)
-    assert message.startswith('error: ')
+    assert message.startswith('error: ') and '\n' not in message, message
     return message
 
 
@@ -76,15 +77,15 @@ def test_values_follow_the_type_of_the_default():
     assert run('--init_from=gpt2')[0]['init_from'] == 'gpt2'  # not a literal: kept as text
 
 
-@pytest.mark.parametrize('arg, message', [
-    ('--max_iters=abc', "error: --max_iters expects an int, got 'abc'"),
-    ('--max_iters=2.5', "error: --max_iters expects an int, got '2.5'"),
-    ('--learning_rate=fast', "error: --learning_rate expects a finite float, got 'fast'"),
-    ('--learning_rate=nan', "error: --learning_rate expects a finite float, got 'nan'"),
-    ('--learning_rate=-inf', "error: --learning_rate expects a finite float, got '-inf'"),
+@pytest.mark.parametrize('arg, parts', [
+    ('--max_iters=abc', ('--max_iters', 'an int', "got 'abc'")),
+    ('--max_iters=2.5', ('--max_iters', 'an int', "got '2.5'")),
+    ('--learning_rate=fast', ('--learning_rate', 'a finite float', "got 'fast'")),
+    ('--learning_rate=nan', ('--learning_rate', 'a finite float', "got 'nan'")),
+    ('--learning_rate=-inf', ('--learning_rate', 'a finite float', "got '-inf'")),
 ])
-def test_bad_numbers_are_errors(arg, message):
-    assert error_of(arg) == message
+def test_bad_numbers_are_errors(arg, parts):
+    says(error_of(arg), *parts)
 
 
 def test_unknown_key_suggests_the_closest():
@@ -155,12 +156,15 @@ def test_check_settings():
     rules = {'max_iters': at_least(1), 'out_dir': one_of('out', 'runs'), 'init_from': optional_int(2)}
     check_settings(dict(DEFAULTS), rules)
     check_settings(dict(DEFAULTS, init_from=3), rules)
-    for bad, message in [(dict(max_iters=0), '--max_iters must be at least 1, got 0'),
-                         (dict(out_dir='x'), "--out_dir must be one of out, runs, got 'x'"),
-                         (dict(init_from='abc'), "--init_from must be None or an int >= 2, got 'abc'"),
-                         (dict(init_from=1), '--init_from must be None or an int >= 2, got 1')]:
-        with pytest.raises(SystemExit, match=f'^error: {message}$'):
+    for bad, parts in [(dict(max_iters=0), ('--max_iters', 'at least 1', 'got 0')),
+                       (dict(out_dir='x'), ('--out_dir', 'out, runs', "got 'x'")),
+                       (dict(init_from='abc'), ('--init_from', 'None or an int >= 2', "got 'abc'")),
+                       (dict(init_from=1), ('--init_from', 'None or an int >= 2', 'got 1'))]:
+        with pytest.raises(SystemExit) as exc:
             check_settings(dict(DEFAULTS, **bad), rules)
+        message = str(exc.value.code)
+        assert message.startswith('error: ') and '\n' not in message, message
+        says(message, *parts)
 
 
 def test_only_rank_zero_speaks_under_torchrun(monkeypatch):
@@ -181,7 +185,7 @@ def test_missing_config_file():
 
 
 def test_directory_given_as_config_file(tmp_path):
-    assert error_of(str(tmp_path)) == f"error: config file '{tmp_path}' is a directory: name a python file in it"
+    says(error_of(str(tmp_path)), f"'{tmp_path}' is a directory", 'name a python file')
 
 
 @pytest.mark.parametrize('value', ['1000.0', '1e3', '1_000'])
@@ -194,8 +198,8 @@ def test_a_whole_float_is_an_int_in_a_file_and_a_flag_alike(tmp_path, value):
 
 def test_a_fractional_float_is_refused_in_a_file_and_a_flag_alike(tmp_path):
     path = write(tmp_path, 'cfg.py', 'max_iters = 1000.5\n')
-    assert error_of(path) == f'error: max_iters in {path} expects an int, got 1000.5'
-    assert error_of('--max_iters=1000.5') == "error: --max_iters expects an int, got '1000.5'"
+    says(error_of(path), f'max_iters in {path}', 'an int', 'got 1000.5')
+    says(error_of('--max_iters=1000.5'), '--max_iters', 'an int', "got '1000.5'")
 
 
 def test_return_value_holds_only_changed_keys(capsys):

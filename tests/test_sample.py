@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from common import parse_infill, prompt_tokens
-from conftest import run_script, samples, tiny_model
+from conftest import run_script, samples, says, tiny_model
 from engine import Sampling, confidence_scores, filter_probs, generate, inverse_cdf, sample_tokens, step_sizes
 from fixtures.reference import load
 
@@ -200,21 +200,22 @@ def test_parse_infill():
     with pytest.raises(SystemExit, match='no \\[MASK\\] marker'):
         parse_infill('no markers here', '[MASK]', encode)
     for bad in ('[MASK:0]', '[MASK:-3]', '[MASK:2.5]', '[MASK:x]', '[MASK:]'):  # the bad count is named
-        with pytest.raises(SystemExit, match=re.escape(f'error: {bad} in the infill template: a masked span needs a '
-                                                       f'whole number of tokens, at least one (as in [MASK:5])')):
+        with pytest.raises(SystemExit) as exc:
             parse_infill(f'a {bad} b', '[MASK]', encode)
+        says(str(exc.value), bad, 'whole number of tokens', 'as in [MASK:5]')
     with pytest.raises(SystemExit, match=re.escape('<m:-1> in the infill template')):
         parse_infill('<m:-1>x', '<m>', encode)
 
 
-@pytest.mark.parametrize('start,infill,max_new_tokens,message', [
-    ('x' * 16, '', None, 'prompt is 16 tokens long and leaves no room'),
-    ('abc', '', 14, 'output would be 3 \\+ 14 tokens'),
-    ('', 'a[MASK:20]', None, 'template is 21 tokens long'),
+@pytest.mark.parametrize('start,infill,max_new_tokens,parts', [
+    ('x' * 16, '', None, ('prompt is 16 tokens', 'no room')),
+    ('abc', '', 14, ('output would be 3 + 14 tokens',)),
+    ('', 'a[MASK:20]', None, ('template is 21 tokens long',)),
 ])
-def test_prompts_that_do_not_fit(start, infill, max_new_tokens, message):
-    with pytest.raises(SystemExit, match=message):
+def test_prompts_that_do_not_fit(start, infill, max_new_tokens, parts):
+    with pytest.raises(SystemExit) as exc:
         prompt_tokens(lambda text: [1] * len(text), 16, start, infill, max_new_tokens)
+    says(str(exc.value), *parts)
 
 
 # -----------------------------------------------------------------------------
@@ -246,14 +247,15 @@ def test_cli_infill(checkpoint):
         assert len(t) == 27 and t[:6] == 'ROMEO:' and t[16:21] == ' the ' and t[26] == '.', t
 
 
-@pytest.mark.parametrize('args,message', [
-    (['--start=ROMEO{}'], "characters not in the vocabulary of the checkpoint: '{', '}'"),
-    (['--steps=33'], '--steps must be an int from 1 to the 32 tokens to generate, got 33'),
+@pytest.mark.parametrize('args,parts', [
+    (['--start=ROMEO{}'], ('not in the vocabulary', "'{', '}'")),
+    (['--steps=33'], ('--steps', 'from 1 to the 32 tokens', 'got 33')),
 ])
-def test_cli_bad_input_is_one_line(checkpoint, args, message):
+def test_cli_bad_input_is_one_line(checkpoint, args, parts):
     out = run_script('sample.py', '--out_dir=out-char', '--device=cpu', *args, cwd=checkpoint, check=False)
     assert out.returncode != 0
-    assert out.stderr.startswith(f'error: {message}'), out.stderr
+    assert out.stderr.startswith('error: '), out.stderr
+    says(out.stderr, *parts)
     assert 'Traceback' not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 

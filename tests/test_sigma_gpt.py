@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import conftest
-from conftest import ROOT, run_script, samples
+from conftest import ROOT, run_script, samples, says
 from fixtures.reference import load
 from checkpoints import CheckpointError, load_checkpoint, weights_read
 from model import GPT, GPTConfig
@@ -55,8 +55,9 @@ def test_authors_ema_of_a_tied_model(fixture, tmp_path):
     assert model.lm_head.weight is model.transformer.wte.weight
 
     torch.save(dict(ckpt, ema_model=dict(shadow_params=shadow + [shadow[0]])), tmp_path / 'long.pt')
-    with pytest.raises(CheckpointError, match='EMA holds 31 tensors but the model has 30 parameters'):
+    with pytest.raises(CheckpointError) as exc:
         load_checkpoint(tmp_path / 'long.pt')
+    says(str(exc.value), 'EMA holds 31 tensors', '30 parameters')
     torch.save(fixture, tmp_path / 'raw.pt')  # no EMA at all, as their released sigma-GPT: the raw weights
     model, checkpoint = load_checkpoint(tmp_path / 'raw.pt')
     assert weights_read(checkpoint) == 'raw' and weights_read(ckpt) == 'EMA' and weights_read(ckpt, False) == 'raw'
