@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from model import GPT, GPTConfig
+from model import GPTConfig, build_model
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 
@@ -70,7 +70,7 @@ def load_weights_only(path, device='cpu'):
 
 
 def load_checkpoint(path, device='cpu', use_ema=True):
-    """A GPT (eval mode) and the checkpoint dict, from one of our checkpoints or the authors' ones.
+    """A network (GPT or MDM, eval mode) and the checkpoint dict, from one of our checkpoints or the authors' ones.
 
     The EMA weights by default, the raw ones with use_ema=False or when the checkpoint has no EMA
     weights; weights_read(checkpoint, use_ema) says which.
@@ -90,7 +90,7 @@ def load_checkpoint(path, device='cpu', use_ema=True):
             state = checkpoint['ema'] if ema else checkpoint['model']
         else:  # the authors' format (whose model_args do not say which model it is), or nanoGPT's
             state = reference_state_dict(checkpoint, ema)
-        model = GPT(GPTConfig(**{'target_injection': injection_of(state), **checkpoint['model_args']}))
+        model = build_model(GPTConfig(**{'target_injection': injection_of(state), **checkpoint['model_args']}))
         model.load_state_dict(state)
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError(f'{path} does not hold a model this code can build ({one_line(e)})')

@@ -1,5 +1,6 @@
 """
-Any-Order GPT (AO-GPT) and its sigma-GPT baseline, the whole model in one file.
+Any-Order GPT (AO-GPT), its sigma-GPT baseline and the encoder-only masked diffusion model (MDM):
+the networks of the paper's comparison in one file.
 
 A causal decoder that reads a sequence in a permuted order: slot 0 is a learned start token and
 slot j+1 holds token x[order[j]] with the position embedding of order[j]. Slot j is told which
@@ -14,6 +15,13 @@ Recipe in RECIPES says all that differs):
 - 'add' (sigma-GPT, the paper's baseline): an n_embd-wide target-position embedding is added to
   the slot's input of a plain nanoGPT: LayerNorm, no QK-norm, a bias-free head tied to wte,
   normal init, dropout inside attention too.
+
+The encoder (architecture='encoder', class MDM) is the other column of the paper's comparison, built
+from AO-GPT's blocks: full attention over the tokens in their own positions, a [MASK] token in
+place of each unknown one, no target position and no time (MDLM's design, Sahoo et al. 2024).
+Its output at a masked position is a distribution over the vocabulary, [MASK] excluded; it is
+trained on the NELBO of the log-linear masking schedule, which in expectation is the any-order
+loss (the paper's Remark 1).
 
 References: Xue et al., "Any-Order GPT as Masked Diffusion Model: Decoupling Formulation and
 Architecture" (arXiv 2506.19935); Pannatier et al., "sigma-GPTs" (arXiv 2404.09562); Karpathy's
@@ -39,10 +47,15 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
+    architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
 
     def __post_init__(self):
         if self.target_injection not in RECIPES:
             raise ValueError(f"target_injection must be one of {tuple(RECIPES)}, got {self.target_injection!r}")
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {self.architecture!r}")
+        if self.architecture == 'encoder' and self.target_injection != 'adaln':
+            raise ValueError("the encoder is built from AO-GPT's adaLN blocks: target_injection must be 'adaln'")
         if self.n_embd % self.n_head:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
 
@@ -65,10 +78,13 @@ def modulate(x, shift, scale):
     return torch.addcmul(shift, x, 1 + scale)
 
 
-class CausalSelfAttention(nn.Module):
+class SelfAttention(nn.Module):
+    """Causal for a decoder (each slot sees the slots before it), full for the encoder."""
+
     def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
+        self.causal = config.architecture == 'decoder'
         self.n_head = config.n_head
         head_size = config.n_embd // config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
@@ -85,7 +101,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
                                            dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, S, C)
         return self.resid_dropout(self.c_proj(y))
@@ -109,7 +125,7 @@ class Block(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.ln_1 = config.recipe.norm(config, config.n_embd)
-        self.attn = CausalSelfAttention(config, layer_idx)
+        self.attn = SelfAttention(config, layer_idx)
         self.ln_2 = config.recipe.norm(config, config.n_embd)
         self.mlp = MLP(config)
 
@@ -167,9 +183,57 @@ RECIPES = {
                   attn_dropout=True, tied_head=True, truncated_init=False),  # sigma-GPT: a nanoGPT
 }
 TARGET_INJECTIONS = tuple(RECIPES)
+ARCHITECTURES = ('decoder', 'encoder')
 
 
-class GPT(nn.Module):
+def build_model(config):
+    """The network a config describes: GPT (a decoder) or MDM (the encoder)."""
+    return (MDM if config.architecture == 'encoder' else GPT)(config)
+
+
+class Network(nn.Module):
+    """What the networks share: the init, the optimizer's parameter groups, the MFU estimate."""
+
+    def init_weights(self, cond_table):
+        """The authors' init (normal, std 0.02; residual projections scaled as in GPT-2), with
+        cond_table, the embedding that feeds the condition, at target_init_std."""
+        def init(module):
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                self._init_normal(module.weight, self.config.target_init_std if module is cond_table else 0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        self.apply(init)  # in apply's order (children first), which fixes the random stream
+        for name, p in self.named_parameters():
+            if name.endswith('c_proj.weight'):
+                self._init_normal(p, 0.02 / math.sqrt(2 * self.config.n_layer))
+
+    def _init_normal(self, weight, std):
+        if self.config.recipe.truncated_init:
+            nn.init.trunc_normal_(weight, std=std, a=-3 * std, b=3 * std)
+        else:
+            nn.init.normal_(weight, std=std)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # matrices and embeddings decay; biases and norm weights do not
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {'params': [p for p in params if p.dim() >= 2], 'weight_decay': weight_decay},
+            {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == 'cuda')
+
+    def estimate_mfu(self, tokens_per_second, peak_flops):
+        """Model flops utilization: achieved training flops over `peak_flops` (PaLM appendix B)."""
+        cfg = self.config
+        flops_per_token = 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
+        return flops_per_token * tokens_per_second / peak_flops
+
+
+class GPT(Network):
+    """The decoder: AO-GPT or sigma-GPT, by the config's target_injection."""
 
     def __init__(self, config):
         super().__init__()
@@ -188,27 +252,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=not recipe.tied_head)
         if recipe.tied_head:
             self.transformer.wte.weight = self.lm_head.weight
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith('c_proj.weight'):  # residual projections, scaled as in GPT-2
-                self._init_normal(p, 0.02 / math.sqrt(2 * config.n_layer))
-
-    def _init_normal(self, weight, std):
-        if self.config.recipe.truncated_init:
-            nn.init.trunc_normal_(weight, std=std, a=-3 * std, b=3 * std)
-        else:
-            nn.init.normal_(weight, std=std)
-
-    def _init_weights(self, module):
-        if module is self.transformer.wtpe:
-            self._init_normal(module.weight, self.config.target_init_std)
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
-            self._init_normal(module.weight, 0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def get_num_params(self):
-        return sum(p.numel() for p in self.parameters())
+        self.init_weights(self.transformer.wtpe)
 
     def forward(self, x, order, reduction='mean'):
         """Read tokens x (B, T) in `order` (B, T); return logits (B, T+1, V) and the loss.
@@ -258,17 +302,56 @@ class GPT(nn.Module):
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
         return self.lm_head(wt.final_layer(h, c) if adaln else wt.ln_f(h))
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        # matrices and embeddings decay; biases and norm weights do not
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {'params': [p for p in params if p.dim() >= 2], 'weight_decay': weight_decay},
-            {'params': [p for p in params if p.dim() < 2], 'weight_decay': 0.0},
-        ]
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == 'cuda')
 
-    def estimate_mfu(self, tokens_per_second, peak_flops):
-        """Model flops utilization: achieved training flops over `peak_flops` (PaLM appendix B)."""
-        cfg = self.config
-        flops_per_token = 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
-        return flops_per_token * tokens_per_second / peak_flops
+class MDM(Network):
+    """The encoder: AO-GPT's blocks with full attention over the tokens in their own positions.
+
+    z (B, T) holds the known tokens and mask_id (= vocab_size, one more row of wte) at the masked
+    positions. The adaLN blocks and the final layer get one learned condition for every position (no
+    target, no time), so the network is AO-GPT's apart from the target-position embedding. The head
+    has vocab_size outputs: [MASK] is never predicted, and only the masked positions are scored.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.mask_id = config.vocab_size
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size + 1, config.n_embd),  # the last row is [MASK]
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            wcond=nn.Embedding(1, config.cond_dim),  # adaLN's one condition
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([AdaLNBlock(config, i) for i in range(config.n_layer)]),
+            final_layer=FinalLayer(config),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+        self.init_weights(self.transformer.wcond)
+
+    def forward(self, x, mask, weights, reduction='mean'):
+        """Score x (B, T) with the positions in `mask` (B, T, bool) hidden: logits (B, T, V) and the
+        loss, the sum of weights * -log p(x_i | the unmasked tokens) over the masked positions, per
+        token (averaged over B*T), or the weighted terms (B, T) with reduction='none'.
+
+        With weights 1/t (t the row's masking level) the loss is the NELBO of the log-linear
+        schedule (training.sample_masks); with the positions from i on masked and weight T at i,
+        it is the left-to-right loss of position i (training.l2r_cuts).
+        """
+        logits = self.forward_masked(torch.where(mask, self.mask_id, x))
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), x.flatten(), reduction='none').view_as(x)
+        terms = torch.where(mask, weights * nll, 0.0)  # an unmasked position adds nothing, even with nll = inf
+        return logits, (terms.mean() if reduction == 'mean' else terms)
+
+    def forward_masked(self, z, out_positions=None):
+        """Logits (B, T, V) of z (B, T), or (B, Q, V) at out_positions (B, Q) only (a cheaper head)."""
+        B, T = z.size()
+        if T > self.config.block_size:
+            raise ValueError(f'sequence of length {T} is longer than block_size {self.config.block_size}')
+        wt = self.transformer
+        h = wt.drop(wt.wte(z) + wt.wpe(torch.arange(T, device=z.device)))
+        c = wt.wcond.weight.expand(B, T, -1)
+        for block in wt.h:
+            h = block(h, c)
+        if out_positions is not None:
+            h = h.gather(1, out_positions.unsqueeze(-1).expand(-1, -1, h.size(-1)))
+            c = c[:, :out_positions.size(1)]
+        return self.lm_head(wt.final_layer(h, c))

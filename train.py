@@ -1,8 +1,10 @@
 """
-Train an Any-Order GPT (AO-GPT). On one CPU or GPU:
+Train an Any-Order GPT (AO-GPT), or a baseline: a left-to-right GPT, sigma-GPT, the encoder-only MDM.
+On one CPU or GPU:
 
     python train.py config/train_shakespeare_char.py
     python train.py config/train_shakespeare_char.py --max_iters=500 --order=l2r
+    python train.py config/train_mdm_shakespeare_char.py            # the encoder (architecture=encoder)
 
 With DDP on the GPUs of one node (or `torchrun train.py ...` for a single process):
 
@@ -32,8 +34,8 @@ from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
 from common import (autocast, check_device, check_vocab, dataset_vocab, default_device, default_dtype, find_checkpoint,
                     read_checkpoint)
 from configurator import above, at_least, between, check_settings, configure, fail, one_of, setting_keys
-from model import GPT, GPTConfig, TARGET_INJECTIONS
-from training import ORDER_MODES, make_ema, make_fixed_order, sample_orders
+from model import ARCHITECTURES, GPTConfig, TARGET_INJECTIONS, build_model
+from training import ORDER_MODES, l2r_cuts, make_ema, make_fixed_order, sample_masks, sample_orders
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -58,7 +60,7 @@ val_dataset = ''  # '': val losses on the dataset's val.bin; or a benchmark set 
 data_dir = os.environ.get('AOGPT_DATA_DIR', '')  # with val_dataset: local copies, as eval_ppl.py; '': the Hub
 # training orders
 order = 'mixed'  # one of ORDER_MODES
-random_ratio = 0.9  # 'mixed': fraction of sequences in a random order (the rest left-to-right)
+random_ratio = 0.9  # 'mixed': fraction of sequences in a random order (the rest left-to-right); the encoder: unused
 order_block = 16  # 'block_random': size of the blocks shuffled within
 order_file = ''  # 'fixed_random': read the order from a .pt/.npy/.txt permutation of 0..block_size-1 instead
 # model
@@ -70,6 +72,8 @@ target_init_std = 0.02  # init std of the target-position embedding (the authors
 dropout = 0.0
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
+architecture = 'decoder'  # 'decoder' (the above) or 'encoder' (the masked diffusion model, trained on its NELBO)
+mask_eps = 1e-3  # encoder: the masking levels t are drawn from [mask_eps, 1), as MDLM
 # AdamW
 learning_rate = 6e-4
 max_iters = 500000
@@ -106,6 +110,7 @@ check_settings(globals(), {
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
     'target_init_std': above(0),
     'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
+    'architecture': one_of(*ARCHITECTURES), 'mask_eps': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'val_dataset': (lambda v: v in ('', *VAL_SETS), f"'' (the dataset's val.bin) or one of {', '.join(VAL_SETS)}"),
 })
 if decay_lr and lr_decay_iters <= warmup_iters:
@@ -113,6 +118,8 @@ if decay_lr and lr_decay_iters <= warmup_iters:
 if min_lr > learning_rate:
     fail(f'--min_lr ({min_lr}) must not exceed --learning_rate ({learning_rate})')
 check_device(device, dtype)
+if architecture == 'encoder' and target_injection != 'adaln':
+    fail(f"--architecture=encoder is built from AO-GPT's adaLN blocks: drop --target_injection={target_injection}")
 if order_file and order != 'fixed_random':
     fail(f'--order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order={order})')
 
@@ -265,7 +272,7 @@ def check_resumed_settings(config):
 
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_init_std=target_init_std,
-                  target_injection=target_injection)
+                  target_injection=target_injection, architecture=architecture)
 iter_num = 0
 resumed_at = None
 checkpoint = None
@@ -275,7 +282,7 @@ fixed_order = explicit_order if explicit_order is not None else \
 torch.manual_seed(seed)  # the same initial weights on every process and every run
 if init_from == 'scratch':
     try:
-        model = GPT(GPTConfig(**model_args))
+        model = build_model(GPTConfig(**model_args))
     except ValueError as e:
         fail(e)
 elif init_from == 'resume':
@@ -297,8 +304,11 @@ else:
     vocab_note = check_vocab(checkpoint_tokens(pretrained_checkpoint, pretrained.config.vocab_size),
                              (data_vocab, data_size), dataset)
     model_args = {k: getattr(pretrained.config, k) for k in model_args} | {'dropout': dropout}
-    model = GPT(GPTConfig(**model_args))
+    model = build_model(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
+encoder = model.config.architecture == 'encoder'  # a resumed or loaded run: the checkpoint's
+if encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
+    fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
     fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size})')
 if model.config.vocab_size < vocab_size:
@@ -331,17 +341,31 @@ if ddp:
 
 
 # -----------------------------------------------------------------------------
-# batches: block_size tokens of the data, each row read in an order of the run's order mode
+# batches: block_size tokens of the data, each row read in an order of the run's order mode (a
+# decoder) or seen through a random mask (the encoder); a batch is the model's arguments
+
+def to_device(t):
+    return t.pin_memory().to(device, non_blocking=True) if device_type == 'cuda' else t.to(device)
+
+
+def model_inputs(x, order_mode, generator=None):
+    """(x, orders) for a decoder; for the encoder (x, mask, weights): its NELBO, or for
+    order_mode 'l2r' its left-to-right loss at one position per row."""
+    if not encoder:
+        inputs = x, sample_orders(order_mode, len(x), block_size, generator, random_ratio, fixed_order)
+    elif order_mode == 'l2r':
+        inputs = x, *l2r_cuts(len(x), block_size, generator)
+    else:
+        inputs = x, *sample_masks(len(x), block_size, generator, mask_eps)
+    return tuple(to_device(t) for t in inputs)
+
 
 def get_batch(split, order_mode, generator=None):
     # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
     data = np.memmap(os.path.join(dataset_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
     x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
-    orders = sample_orders(order_mode, batch_size, block_size, generator, random_ratio, fixed_order)
-    if device_type == 'cuda':
-        return x.pin_memory().to(device, non_blocking=True), orders.pin_memory().to(device, non_blocking=True)
-    return x.to(device), orders.to(device)
+    return model_inputs(x, order_mode, generator)
 
 
 def eval_batches(split, order_mode, generator):
@@ -349,7 +373,7 @@ def eval_batches(split, order_mode, generator):
     val_dataset its chunks, in order."""
     if split == 'val' and val_chunks is not None:
         for x in val_chunks.split(batch_size):
-            yield x.to(device), sample_orders(order_mode, batch_size, block_size, generator).to(device)
+            yield model_inputs(x, order_mode, generator)
     else:
         for _ in range(eval_iters):
             yield get_batch(split, order_mode, generator)
@@ -363,15 +387,17 @@ def seed_iteration(iteration):
 
 @torch.no_grad()
 def estimate_losses():
-    """Mean EMA-weight loss on train and val (or val_dataset), left-to-right and any-order (random orders)."""
+    """Mean EMA-weight loss on train and val (or val_dataset), left-to-right and any-order (random orders;
+    the encoder's: its NELBO, equal to the any-order loss in expectation; its left-to-right loss is
+    estimated at one position per row)."""
     generator = torch.Generator().manual_seed(seed)  # the same batches and orders every time
     out = {}
     for split in ('train', 'val'):
         for mode, name in (('l2r', 'l2r'), ('random', 'ao')):
             losses = []
-            for x, orders in eval_batches(split, mode, generator):
+            for inputs in eval_batches(split, mode, generator):
                 with ctx:
-                    _, loss = eval_model(x, orders)
+                    _, loss = eval_model(*inputs)
                 losses.append(loss.item())
             out[f'{split}_{name}'] = sum(losses) / len(losses)
     return out
@@ -465,9 +491,9 @@ while True:
     for micro_step in range(gradient_accumulation_steps):
         if ddp:  # all-reduce the gradients only once, on the last micro-step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        x, orders = get_batch('train', order)
+        inputs = get_batch('train', order)
         with ctx:
-            _, loss = model(x, orders)
+            _, loss = model(*inputs)
             loss = loss / gradient_accumulation_steps
         scaler.scale(loss).backward()
         train_loss += loss.detach()

@@ -1,5 +1,6 @@
 """
-What training needs besides the model: the orders its sequences are read in, and the EMA of its weights.
+What training needs besides the model: the orders a decoder reads its sequences in, the masks the
+encoder sees them through, and the EMA of the weights.
 """
 import torch
 
@@ -32,6 +33,29 @@ def sample_orders(mode, batch_size, seq_len, generator=None, random_ratio=0.9, f
         raise ValueError(f'unknown order mode {mode!r}, expected one of {ORDER_MODES}')
     l2r_rows = torch.rand(batch_size, 1, generator=generator) >= random_ratio
     return torch.where(l2r_rows, identity, random)
+
+
+def sample_masks(batch_size, seq_len, generator=None, eps=1e-3):
+    """The encoder's NELBO batch: (mask, weights), both (batch_size, seq_len), on the CPU.
+
+    Row b gets a masking level t_b, antithetic over the batch (t_b = (u + b / batch_size) mod 1, one
+    uniform u, squeezed into [eps, 1)), and hides each position with probability t_b; weights = 1/t_b,
+    so MDM's loss is the continuous-time NELBO of the log-linear schedule (MDLM).
+    """
+    u = torch.rand(1, generator=generator, dtype=torch.float64)
+    t = (u + torch.arange(batch_size, dtype=torch.float64) / batch_size) % 1
+    t = (eps + (1 - eps) * t).unsqueeze(1)
+    mask = torch.rand(batch_size, seq_len, generator=generator, dtype=torch.float64) < t
+    return mask, (1 / t).float().expand(batch_size, seq_len)
+
+
+def l2r_cuts(batch_size, seq_len, generator=None):
+    """The encoder's left-to-right loss, one position per row: (mask, weights) hiding positions i_b..seq_len-1
+    of row b (i_b uniform) with weight seq_len at i_b, so MDM's loss is an unbiased estimate of the mean
+    -log p(x_i | x_<i)."""
+    cut = torch.randint(seq_len, (batch_size, 1), generator=generator)
+    positions = torch.arange(seq_len)
+    return positions >= cut, torch.where(positions == cut, float(seq_len), 0.0)
 
 
 def make_ema(model, decay):
