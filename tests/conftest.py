@@ -1,4 +1,6 @@
 """Shared test setup: offline defaults, where the data is, and the small corpora the tests make themselves."""
+import itertools
+import math
 import os
 import pickle
 import random
@@ -12,6 +14,7 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -305,3 +308,54 @@ def sized_data(workdir):
     folder.mkdir(parents=True, exist_ok=True)
     np.arange(5000, dtype=np.uint16).tofile(folder / 'big_ids.bin')
     (folder / 'meta.pkl').write_bytes(pickle.dumps({'vocab_size': 96}))
+
+
+# -----------------------------------------------------------------------------
+# the encoder-only MDM, small enough to enumerate
+
+N_EXACT, VOCAB_EXACT = 5, 5  # the exact encoder tests: every subset of 5 positions, 31 masks, 75 conditionals
+
+
+def tiny_mdm(seed=0, **kw):
+    """A small encoder in eval mode whose every weight matters (random norm weights and biases)."""
+    from model import GPTConfig, MDM
+    torch.manual_seed(seed)
+    args = dict(block_size=N_EXACT, vocab_size=VOCAB_EXACT, n_layer=2, n_head=2, n_embd=16, cond_dim=8,
+                architecture='encoder') | kw
+    model = MDM(GPTConfig(**args)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def nll_given(model, x, context):
+    """-log p(x_i | x at the positions in context) for every position i: (N,), float64."""
+    mask = torch.tensor([i not in context for i in range(len(x))])
+    logits = model.forward_masked(torch.where(mask, model.mask_id, x)[None])[0]
+    return -F.log_softmax(logits.double(), -1).gather(1, x[:, None])[:, 0]
+
+
+def exact_nelbo(model, x):
+    """The NELBO per token by enumeration: each masked set M, of probability t^|M| (1-t)^(n-|M|) at
+    level t, weighs (1/t) sum_{i in M} -log p(x_i | the rest); integrated over t in (0, 1) that weight
+    is B(|M|, n-|M|+1) = (|M|-1)! (n-|M|)! / n!."""
+    n, total = len(x), 0.0
+    for m in range(1, n + 1):
+        weight = math.factorial(m - 1) * math.factorial(n - m) / math.factorial(n)
+        for masked in itertools.combinations(range(n), m):
+            nll = nll_given(model, x, set(range(n)) - set(masked))
+            total += weight * nll[list(masked)].sum().item()
+    return total / n
+
+
+def exact_any_order(model, x):
+    """The any-order loss per token, averaged over all n! orders: -log p(x_o(j) | x_o(<j)) summed over j."""
+    n = len(x)
+    losses = [sum(nll_given(model, x, set(order[:j]))[order[j]].item() for j in range(n))
+              for order in itertools.permutations(range(n))]
+    return sum(losses) / len(losses) / n
+
+
+def exact_l2r(model, x):
+    return sum(nll_given(model, x, set(range(i)))[i].item() for i in range(len(x))) / len(x)

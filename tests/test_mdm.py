@@ -1,64 +1,18 @@
 """The encoder-only MDM against independent computations: the exact NELBO by enumerating every unmasked
 subset, the any-order loss over every order (Remark 1), an explicit-loop forward, full attention."""
-import itertools
 import math
 
 import pytest
 import torch
 from torch.nn import functional as F
 
+from conftest import N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given, tiny_mdm
 from model import GPTConfig, MDM
 from training import l2r_cuts, sample_masks
-
-N, V = 5, 5  # every subset of 5 positions: 31 masks, 75 conditionals
-
-
-def tiny_mdm(seed=0, **kw):
-    """A small encoder in eval mode whose every weight matters (random norm weights and biases)."""
-    torch.manual_seed(seed)
-    args = dict(block_size=N, vocab_size=V, n_layer=2, n_head=2, n_embd=16, cond_dim=8, architecture='encoder') | kw
-    model = MDM(GPTConfig(**args)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    return model
-
 
 @pytest.fixture(scope='module')
 def model():
     return tiny_mdm()
-
-
-def nll_given(model, x, context):
-    """-log p(x_i | x at the positions in context) for every position i: (N,), float64."""
-    mask = torch.tensor([i not in context for i in range(len(x))])
-    logits = model.forward_masked(torch.where(mask, model.mask_id, x)[None])[0]
-    return -F.log_softmax(logits.double(), -1).gather(1, x[:, None])[:, 0]
-
-
-def exact_nelbo(model, x):
-    """The NELBO per token by enumeration: each masked set M, of probability t^|M| (1-t)^(n-|M|) at
-    level t, weighs (1/t) sum_{i in M} -log p(x_i | the rest); integrated over t in (0, 1) that weight
-    is B(|M|, n-|M|+1) = (|M|-1)! (n-|M|)! / n!."""
-    n, total = len(x), 0.0
-    for m in range(1, n + 1):
-        weight = math.factorial(m - 1) * math.factorial(n - m) / math.factorial(n)
-        for masked in itertools.combinations(range(n), m):
-            nll = nll_given(model, x, set(range(n)) - set(masked))
-            total += weight * nll[list(masked)].sum().item()
-    return total / n
-
-
-def exact_any_order(model, x):
-    """The any-order loss per token, averaged over all n! orders: -log p(x_o(j) | x_o(<j)) summed over j."""
-    n = len(x)
-    losses = [sum(nll_given(model, x, set(order[:j]))[order[j]].item() for j in range(n))
-              for order in itertools.permutations(range(n))]
-    return sum(losses) / len(losses) / n
-
-
-def exact_l2r(model, x):
-    return sum(nll_given(model, x, set(range(i)))[i].item() for i in range(len(x))) / len(x)
 
 
 @torch.no_grad()
