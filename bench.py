@@ -18,9 +18,13 @@ for each of `sample_steps` (a comma list); then tokens/s of order=l2r vs random 
 one token per step, and the cost of order=confidence vs random at the smallest of `sample_steps`.
 memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
 sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
-arch: AO-GPT (target_injection=adaln) against the sigma-GPT baseline (add) at the same size:
-training tok/s (mixed orders) and cached random-order sampling time at the smallest of
-`sample_steps`, both taking turns as above, with the ratios.
+arch: the paper's architectures at the same size: AO-GPT (a decoder, target_injection=adaln), the
+sigma-GPT baseline (add) and the encoder-only MDM (architecture=encoder). Training tok/s (mixed
+orders; the encoder on its NELBO masks), taking turns as above; then generation wall time against
+the number of steps (`sample_steps`) at block `sample_block_size`, random order, same batch: the
+decoders with their KV cache (about flat in the steps), the encoder with a full forward per step
+(growing with the steps), with the encoder / AO-GPT ratio (the paper's Figure 4). Each generation
+is timed once, after a warm-up, the models taking turns.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
@@ -32,9 +36,9 @@ import torch
 from common import autocast, check_device, peak_memory_mb, print_table, reset_peak_memory
 from configurator import at_least, check_settings, configure, fail
 from engine import Engine, Sampling, generate, sample_tokens, step_sizes
-from model import GPT, GPTConfig, TARGET_INJECTIONS
+from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
-from training import sample_orders
+from training import sample_masks, sample_orders
 
 device = 'cpu'
 dtype = 'float32'  # 'float32', 'bfloat16' or 'float16'
@@ -72,14 +76,18 @@ def sync():
         torch.cuda.synchronize()
 
 
-def build(T, injection='adaln'):
-    """The bench's model at block size T, freshly initialised."""
-    return GPT(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-                         cond_dim=cond_dim, target_injection=injection)).to(device)
+ARCHITECTURES = {'AO-GPT': {}, 'sigma-GPT': dict(target_injection='add'), 'encoder MDM': dict(architecture='encoder')}
+
+
+def build(T, **kind):
+    """The bench's model at block size T, freshly initialised: AO-GPT, or another of ARCHITECTURES."""
+    return build_model(GPTConfig(block_size=T, vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                                 cond_dim=cond_dim, **kind)).to(device)
 
 
 def trainer(model):
-    """run_steps(mode, n): n whole training steps (orders in `mode`, forward, backward, AdamW) on one batch."""
+    """run_steps(mode, n): n whole training steps (orders in `mode`, or the encoder's masks; forward,
+    backward, AdamW) on one batch."""
     ctx = autocast(device, dtype)
     optimizer = model.configure_optimizers(0.05, 1e-4, (0.9, 0.95), torch.device(device).type)
     step_model = torch.compile(model) if compile else model
@@ -87,9 +95,12 @@ def trainer(model):
 
     def run_steps(mode, n):
         for _ in range(n):
-            order = sample_orders(mode, batch_size, block_size, random_ratio=0.9).to(device)
+            if model.config.architecture == 'encoder':
+                inputs = sample_masks(batch_size, block_size)
+            else:
+                inputs = sample_orders(mode, batch_size, block_size, random_ratio=0.9),
             with ctx:
-                _, loss = step_model(x, order)
+                _, loss = step_model(x, *(t.to(device) for t in inputs))
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -243,34 +254,40 @@ def bench_memory(chunk_counts=(1, 3), members=2):
 
 
 def bench_architectures():
-    """AO-GPT against the sigma-GPT baseline with the same layers and width: sigma-GPT has no adaLN
-    and a tied head, so fewer parameters, but the same attention and MLP work per token."""
+    """The architectures with the same layers and width: sigma-GPT has no adaLN and a tied head, the
+    encoder no target-position embedding; all do the same attention and MLP work per token."""
     torch.manual_seed(seed)
-    names = {'adaln': 'AO-GPT', 'add': 'sigma-GPT'}
-    trainers = {inj: trainer(build(block_size, inj)) for inj in TARGET_INJECTIONS}
-    seconds = median_seconds({inj: lambda run_steps=run_steps: run_steps('mixed', train_steps)
-                              for inj, run_steps in trainers.items()})
-    tokens_per_sec = {inj: train_steps * batch_size * block_size / s for inj, s in seconds.items()}
-    T, n_steps = sample_block_size, min(int(n) for n in sample_steps.split(','))
+    models = {name: build(block_size, **kind) for name, kind in ARCHITECTURES.items()}
+    trainers = {name: trainer(model) for name, model in models.items()}
+    seconds = median_seconds({name: lambda run_steps=run_steps: run_steps('mixed', train_steps)
+                              for name, run_steps in trainers.items()})
+    tokens_per_sec = {name: train_steps * batch_size * block_size / s for name, s in seconds.items()}
+    T = sample_block_size
+    samplers = {name: build(T, **kind).eval() for name, kind in ARCHITECTURES.items()}
     known = torch.zeros(T, dtype=torch.bool, device=device)
 
-    def sample(model):
+    def sample(model, n_steps):
         x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
+        t0 = time.perf_counter()
         with autocast(device, dtype):
             generate(model, x, known, n_steps, generator=torch.Generator(device).manual_seed(seed))
         sync()
+        return time.perf_counter() - t0
 
-    samplers = {inj: build(T, inj).eval() for inj in TARGET_INJECTIONS}
-    sampling = median_seconds({inj: lambda model=model: sample(model) for inj, model in samplers.items()}, 3)
-    params = {inj: model.get_num_params() for inj, model in samplers.items()}
+    all_steps = [int(s) for s in sample_steps.split(',')]
+    for model in samplers.values():
+        sample(model, min(all_steps))  # warm-up
+    times = {n_steps: {name: sample(model, n_steps) for name, model in samplers.items()} for n_steps in all_steps}
     print(f'architectures at n_layer={n_layer} n_head={n_head} n_embd={n_embd}, {device} {dtype}: training batch '
-          f'{batch_size} x {block_size} (mixed orders), sampling batch {batch_size} x {T} in {n_steps} steps')
-    ratio = lambda values: f"{values['add'] / values['adaln']:.2f}x"
-    head = ['', 'params', 'train tok/s', 'sampling']
-    rows = [[f'{names[inj]} ({inj})', f'{params[inj] / 1e6:.1f}M', f'{tokens_per_sec[inj]:,.0f}',
-             f'{sampling[inj]:.2f}s'] for inj in TARGET_INJECTIONS]
-    rows.append(['sigma-GPT / AO-GPT', ratio(params), ratio(tokens_per_sec), ratio(sampling)])
-    print_table(head, rows)
+          f'{batch_size} x {block_size} (mixed orders; the encoder: NELBO masks)')
+    print_table(['', 'params', 'train tok/s', 'vs AO-GPT'],
+                [[name, f'{model.get_num_params() / 1e6:.2f}M', f'{tokens_per_sec[name]:,.0f}',
+                  f"{tokens_per_sec[name] / tokens_per_sec['AO-GPT']:.2f}x"] for name, model in models.items()])
+    print(f'generation: batch {batch_size} x {T}, random order, wall time by steps (decoders with their KV cache, '
+          f'the encoder a full forward per step)')
+    print_table(['steps', *samplers, 'encoder / AO-GPT'],
+                [[n_steps, *(f'{s:.2f}s' for s in row.values()), f"{row['encoder MDM'] / row['AO-GPT']:.1f}x"]
+                 for n_steps, row in times.items()])
 
 
 benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,

@@ -45,10 +45,10 @@ def test_loss_falls_and_everything_is_recorded(workdir, monkeypatch):
     assert not torch.equal(ckpt['ema']['lm_head.weight'], ckpt['model']['lm_head.weight'])
 
 
-@pytest.mark.parametrize('order', ['mixed', 'block_random'])
+@pytest.mark.parametrize('order', ['mixed', 'block_random', 'encoder'])
 def test_resume_is_exact(workdir, order):
-    common = [f'--order={order}', '--order_block=8', '--dropout=0.1', '--eval_interval=10', '--lr_decay_iters=20',
-              '--ema_decay=0.95']
+    kind = ['--architecture=encoder'] if order == 'encoder' else [f'--order={order}', '--order_block=8']
+    common = [*kind, '--dropout=0.1', '--eval_interval=10', '--lr_decay_iters=20', '--ema_decay=0.95']
     train(workdir, f'straight-{order}', *common, '--max_iters=20')
     train(workdir, f'halves-{order}', *common, '--max_iters=10')
     train(workdir, f'halves-{order}', *common, '--max_iters=20', '--init_from=resume')
@@ -63,6 +63,29 @@ def test_resume_is_exact(workdir, order):
     if order == 'block_random':
         assert torch.equal(a['fixed_order'], b['fixed_order'])
     assert [r['iter'] for r in metrics(workdir, f'halves-{order}')] == [0, 10, 20]  # each evaluation once
+
+
+def test_encoder_trains_on_its_nelbo(workdir):
+    from checkpoints import load_checkpoint
+    from model import MDM
+    train(workdir, 'out-mdm', '--architecture=encoder', '--max_iters=150', '--lr_decay_iters=150',
+          '--eval_interval=75', '--learning_rate=3e-3', '--ema_decay=0.9')
+    records = metrics(workdir, 'out-mdm')
+    first, last = records[0], records[-1]
+    assert all(math.isfinite(r[key]) for r in records for key in ('train_l2r', 'val_l2r', 'train_ao', 'val_ao'))
+    assert first['val_ao'] > 4.0 and last['val_ao'] < first['val_ao'] - 0.6  # the NELBO, per token
+    assert last['val_l2r'] < first['val_l2r'] - 0.6
+    model, ckpt = load_checkpoint(workdir / 'out-mdm' / 'ckpt.pt')  # the checkpoint says what it is
+    assert ckpt['model_args']['architecture'] == 'encoder' and isinstance(model, MDM)
+
+
+@pytest.mark.parametrize('args,parts', [
+    (['--order=l2r'], ['--order=l2r', 'random masks']),
+    (['--target_injection=add'], ['--target_injection=add', 'adaLN']),
+])
+def test_encoder_bad_settings_are_one_line(workdir, args, parts):
+    says(one_line_error('train.py', *TINY, '--out_dir=out-mdm-bad', '--architecture=encoder', *args, cwd=workdir),
+         *parts)
 
 
 def test_ddp_two_processes_with_gloo(workdir):
