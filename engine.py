@@ -3,9 +3,11 @@ Any-order decoding with a KV cache: the engine owns the cache; the model only re
 
 An Engine decodes a batch step by step: `step` returns the logits of any number of target
 positions, all predicted from the same context (the cache and the new slots), and `accept` keeps
-the new slots in the cache. `generate` is the sampler of sample.py and gen_ppl.py built on it:
-the masked positions of a batch are decoded in `steps` steps (`schedule` says how many per step),
-in a random order, left to right, or most confident first, each token drawn by `Sampling`.
+the new slots in the cache. The encoder's EncoderEngine has the same handshake but no cache: it
+keeps the current tokens of each row and runs one full forward per step.
+`generate` is the sampler of sample.py and gen_ppl.py built on them: the masked positions of a
+batch are decoded in `steps` steps (`schedule` says how many per step), in a random order, left to
+right, or most confident first, each token drawn by `Sampling`.
 """
 import math
 from contextlib import nullcontext
@@ -100,6 +102,50 @@ class Engine:
         next: copy last[b] (B,), or copy 0 if last is None."""
         self.cache.commit(self.new, last)
         self.new = 0
+
+
+class EncoderEngine:
+    """The encoder's decoding of a batch of batch_size rows of `length` tokens, with Engine's handshake.
+
+    No cache: the canvas holds each row's current tokens, [MASK] where none is known or decoded
+    yet, and every step runs one full forward over it. Its column 0 is a spare for the start slot
+    (position -1), so canvas column p + 1 holds position p.
+    """
+
+    def __init__(self, model, batch_size, length):
+        self.model = model
+        device = next(model.parameters()).device
+        self.canvas = torch.full((batch_size, length + 1), model.mask_id, device=device)
+
+    def reset(self):
+        self.canvas.fill_(self.model.mask_id)
+
+    def step(self, tokens, positions, targets):
+        """Logits (B, k, V) for targets (B, k), once the tokens (B, m) are written at their positions (B, m)."""
+        self.canvas.scatter_(1, positions + 1, tokens)
+        return self.model.forward_masked(self.canvas[:, 1:], out_positions=targets)
+
+    def accept(self, last=None):
+        """Nothing to keep: the canvas holds every token the steps were given."""
+
+
+def is_encoder(model):
+    return model.config.architecture == 'encoder'
+
+
+def make_engine(model, batch_size, length):
+    """The engine that decodes rows of `length` tokens with `model`: the encoder's or the cached decoder's."""
+    if is_encoder(model):
+        return EncoderEngine(model, batch_size, length)
+    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
+    # its own that it would compile again for
+    return Engine(model, batch_size, length + 1)
+
+
+def compile_forward(model):
+    """torch.compile the forward that decoding runs, with dynamic shapes (the steps vary in size)."""
+    name = 'forward_masked' if is_encoder(model) else 'forward_slots'
+    setattr(model, name, torch.compile(getattr(model, name), dynamic=True))
 
 
 @dataclass(frozen=True)
@@ -200,9 +246,7 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     given = known.nonzero().squeeze(1).expand(B, -1)
     if policy == 'random':
         masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=x.device).argsort(1))
-    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
-    # its own that it would compile again for
-    engine = Engine(model, B, T + 1)
+    engine = make_engine(model, B, T)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):

@@ -38,7 +38,7 @@ from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, chec
                     describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens, read_checkpoint,
                     read_jsonl, same_vocab)
 from configurator import check_settings, configure, fail
-from engine import Sampling, generate_many
+from engine import Sampling, compile_forward, generate_many
 from scoring import load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def read_samples(path):
 def sample_grid(model, checkpoint, path, decode, ids, known, points):
     """Every grid point's samples as records, written to samples_out as they come."""
     if compile:
-        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+        compile_forward(model)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
                   confidence=confidence, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size))

@@ -23,7 +23,7 @@ from checkpoints import token_count
 from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, check_steps, default_device, default_dtype,
                     find_checkpoint, load_tokenizer, prompt_tokens, read_checkpoint)
 from configurator import check_settings, configure, optional_int
-from engine import Sampling, generate
+from engine import Sampling, compile_forward, generate
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
@@ -65,7 +65,7 @@ def main():
     n_steps = check_steps(steps, known.count(False))
 
     if compile:
-        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+        compile_forward(model)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
