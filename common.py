@@ -4,6 +4,7 @@ one-line errors, the sampling settings and prompts of sample.py and gen_ppl.py, 
 """
 import ctypes
 import json
+import math
 import os
 import pickle
 import re
@@ -14,7 +15,7 @@ import torch
 
 from checkpoints import GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, load_checkpoint, weights_read
 from configurator import check_settings, fail, one_of, optional_int, rank
-from engine import CONFIDENCES, POLICIES, SCHEDULES, TOP_P_MODES
+from engine import CONFIDENCES, POLICIES, SCHEDULES, TOP_P_MODES, check_policy
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 SAMPLE_DTYPES = ('float64', 'float32')
@@ -278,12 +279,23 @@ def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, 
     return prefix + [0] * new, [True] * len(prefix) + [False] * new
 
 
-def check_steps(steps, n):
-    """The number of decoding steps for n tokens: steps, or n (one token per step) for None."""
+def check_steps(steps, n, order='random'):
+    """The number of decoding steps for n tokens: steps, or n (one token per step) for None; at most
+    n, but any number with the ancestral rule (a step may reveal nothing)."""
     n_steps = n if steps is None else steps
-    if type(n_steps) is not int or not 1 <= n_steps <= n:
-        fail(f'--steps must be an int from 1 to the {n} tokens to generate, got {steps!r}')
+    most = math.inf if order == 'ancestral' else n
+    if type(n_steps) is not int or not 1 <= n_steps <= most:
+        fail(f'--steps must be an int from 1 to the {n} tokens to generate (any number with --order=ancestral), '
+             f'got {steps!r}')
     return n_steps
+
+
+def check_order(order, model):
+    """Fail unless the model can decode in `order` (engine.check_policy: ancestral needs the encoder)."""
+    try:
+        check_policy(model, order)
+    except ValueError as e:
+        fail(e)
 
 
 # -----------------------------------------------------------------------------

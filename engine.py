@@ -3,9 +3,12 @@ Any-order decoding with a KV cache: the engine owns the cache; the model only re
 
 An Engine decodes a batch step by step: `step` returns the logits of any number of target
 positions, all predicted from the same context (the cache and the new slots), and `accept` keeps
-the new slots in the cache. `generate` is the sampler of sample.py and gen_ppl.py built on it:
-the masked positions of a batch are decoded in `steps` steps (`schedule` says how many per step),
-in a random order, left to right, or most confident first, each token drawn by `Sampling`.
+the new slots in the cache. The encoder's EncoderEngine has the same handshake but no cache: it
+keeps the current tokens of each row and runs one full forward per step.
+`generate` is the sampler of sample.py and gen_ppl.py built on them: the masked positions of a
+batch are decoded in `steps` steps (`schedule` says how many per step), in a random order, left to
+right, or most confident first, each token drawn by `Sampling`; or, for the encoder only, by MDLM's
+ancestral rule (`ancestral`), where each step reveals every masked position with the same probability.
 """
 import math
 from contextlib import nullcontext
@@ -15,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 SCHEDULES = ('linear', 'cosine')
-POLICIES = ('random', 'l2r', 'confidence')  # which masked positions a step decodes
+POLICIES = ('random', 'l2r', 'confidence', 'ancestral')  # which masked positions a step decodes
 CONFIDENCES = ('maxprob', 'entropy')
 TOP_P_MODES = ('nucleus', 'authors')
 
@@ -102,6 +105,57 @@ class Engine:
         self.new = 0
 
 
+class EncoderEngine:
+    """The encoder's decoding of a batch of batch_size rows of `length` tokens, with Engine's handshake.
+
+    No cache: the canvas holds each row's current tokens, [MASK] where none is known or decoded
+    yet, and every step runs one full forward over it. Its column 0 is a spare for the start slot
+    (position -1), so canvas column p + 1 holds position p.
+    """
+
+    def __init__(self, model, batch_size, length):
+        self.model = model
+        device = next(model.parameters()).device
+        self.canvas = torch.full((batch_size, length + 1), model.mask_id, device=device)
+
+    def reset(self):
+        self.canvas.fill_(self.model.mask_id)
+
+    def step(self, tokens, positions, targets):
+        """Logits (B, k, V) for targets (B, k), once the tokens (B, m) are written at their positions (B, m)."""
+        self.canvas.scatter_(1, positions + 1, tokens)
+        return self.model.forward_masked(self.canvas[:, 1:], out_positions=targets)
+
+    def accept(self, last=None):
+        """Nothing to keep: the canvas holds every token the steps were given."""
+
+
+def is_encoder(model):
+    return model.config.architecture == 'encoder'
+
+
+def make_engine(model, batch_size, length):
+    """The engine that decodes rows of `length` tokens with `model`: the encoder's or the cached decoder's."""
+    if is_encoder(model):
+        return EncoderEngine(model, batch_size, length)
+    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
+    # its own that it would compile again for
+    return Engine(model, batch_size, length + 1)
+
+
+def check_policy(model, policy):
+    """Raise ValueError unless `model` can decode by `policy`: the ancestral rule needs the encoder."""
+    if policy == 'ancestral' and not is_encoder(model):
+        raise ValueError("the ancestral policy is MDLM's sampler for the encoder (architecture=encoder), and this "
+                         "model is a decoder: use random, l2r or confidence")
+
+
+def compile_forward(model):
+    """torch.compile the forward that decoding runs, with dynamic shapes (the steps vary in size)."""
+    name = 'forward_masked' if is_encoder(model) else 'forward_slots'
+    setattr(model, name, torch.compile(getattr(model, name), dynamic=True))
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How a token is drawn from logits: temperature, then top_k, then top_p (see filter_probs),
@@ -113,13 +167,17 @@ class Sampling:
     dtype: torch.dtype = torch.float64
 
 
+def masking_times(steps, schedule='linear', dtype=torch.float32):
+    """The masking time t_0 = 1 > ... > t_steps of the steps: linspace(1, 0, steps + 1), or
+    cos(pi/2 * (1 - linspace(1, 0, steps + 1))) for cosine, in dtype."""
+    t = torch.linspace(1, 0, steps + 1, dtype=dtype)
+    return torch.cos((1 - t) * math.pi * 0.5) if schedule == 'cosine' else t
+
+
 def step_sizes(n, steps, schedule='linear'):
     """Tokens decoded at each step, counted as the authors' sampler does: by step i, n_i =
-    max(int(n * (1 - t_i)), n_{i-1} + 1) tokens, truncated, with the masking time t going from 1 to 0
-    in float32: linspace(1, 0, steps + 1), or cos(pi/2 * (1 - linspace(1, 0, steps + 1))) for cosine."""
-    t = torch.linspace(1, 0, steps + 1, dtype=torch.float32)
-    if schedule == 'cosine':
-        t = torch.cos((1 - t) * math.pi * 0.5)
+    max(int(n * (1 - t_i)), n_{i-1} + 1) tokens, truncated, with the masking times in float32."""
+    t = masking_times(steps, schedule)
     reached = (n * (1 - t[1:])).long().tolist()
     reached[-1] = n  # float32 cos(pi/2) is not quite 0; the last step always ends the sample
     sizes, done = [], 0
@@ -185,24 +243,26 @@ def confidence_scores(logits, kind):
 
 @torch.no_grad()
 def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', policy='random', confidence='maxprob',
-             generator=None, n_tokens=None, progress=False, on_step=None):
+             generator=None, n_tokens=None, progress=False, on_step=None, reuse_forward=True):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
     to right, in one forward with the first step; then the n unknown positions are decoded in
-    `steps` steps, chosen by `policy` (see POLICIES; 'confidence' ranks by `confidence`). Tokens are
-    drawn by `sampling`, from ids below n_tokens only if given (the ids past it pad the vocabulary
-    table and have no text). on_step(targets, logits), if given, sees each step's positions (B, k)
-    and logits.
+    `steps` steps, chosen by `policy` (see POLICIES; 'confidence' ranks by `confidence`;
+    'ancestral' is `ancestral`, with reuse_forward). Tokens are drawn by `sampling`, from ids below
+    n_tokens only if given (the ids past it pad the vocabulary table and have no text).
+    on_step(targets, logits), if given, sees each step's positions (B, k) and logits (not with
+    'ancestral', whose rows reveal different numbers of tokens per step).
     """
+    if policy == 'ancestral':
+        return ancestral(model, x, known, steps, sampling, schedule=schedule, generator=generator, n_tokens=n_tokens,
+                         progress=progress, reuse_forward=reuse_forward)
     B, T = x.shape
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
     given = known.nonzero().squeeze(1).expand(B, -1)
     if policy == 'random':
         masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=x.device).argsort(1))
-    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
-    # its own that it would compile again for
-    engine = Engine(model, B, T + 1)
+    engine = make_engine(model, B, T)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
@@ -224,6 +284,44 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
         decoded.append(targets)
         positions = targets
     return x, torch.cat(decoded, 1)
+
+
+@torch.no_grad()
+def ancestral(model, x, known, steps, sampling=Sampling(), *, schedule='linear', generator=None, n_tokens=None,
+              progress=False, reuse_forward=True):
+    """MDLM's ancestral sampler for the encoder: fill the unknown positions of x (B, T) in place;
+    return x and the order (B, n), the unknown positions sorted by the step that revealed them.
+
+    The masking time goes from 1 to 0 over `steps` steps (masking_times, in float64). From t to s,
+    each position still masked is revealed independently with probability (t - s) / t, the
+    log-linear schedule's posterior (so a step may reveal nothing; the last reveals all that remain),
+    its token drawn by `sampling` from the encoder's logits given the tokens revealed so far.
+    A forward is run only when a step reveals something, and reused (MDLM's ddpm_cache) while no
+    token has changed since: steps that reveal nothing cost nothing. reuse_forward=False runs one
+    every step instead, for the same samples.
+    """
+    check_policy(model, 'ancestral')
+    B, T = x.shape
+    masked = (~known).nonzero().squeeze(1).expand(B, -1)
+    x.scatter_(1, masked, model.mask_id)  # x is the canvas: [MASK] where nothing is revealed yet
+    hidden = torch.ones(masked.shape, dtype=torch.bool, device=x.device)
+    revealed_at = torch.zeros(masked.shape, dtype=torch.long, device=x.device)
+    t = masking_times(steps, schedule, torch.float64).tolist()
+    t[-1] = 0.0  # float64 cos(pi/2) is not quite 0; the last step reveals all that remain
+    logits = None  # the last forward's, while no token has changed since
+    for i in tqdm(range(steps), disable=not progress, desc='steps'):
+        u = torch.rand(masked.shape, generator=generator, device=x.device, dtype=torch.float64)
+        reveal = hidden & (u < (t[i] - t[i + 1]) / t[i])
+        changed = bool(reveal.any())
+        if not reuse_forward or (changed and logits is None):
+            logits = model.forward_masked(x, out_positions=masked)[..., :n_tokens]
+        if changed:
+            rows, cols = reveal.nonzero(as_tuple=True)
+            x[rows, masked[rows, cols]] = sample_tokens(logits[rows, cols], sampling, generator)
+            hidden &= ~reveal
+            revealed_at[reveal] = i
+            logits = None
+    return x, masked.gather(1, revealed_at.argsort(dim=1, stable=True))
 
 
 def generate_many(model, ids, known, count, batch_size, steps, sampling=Sampling(), *, ctx=nullcontext(), desc=None,

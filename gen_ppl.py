@@ -10,14 +10,16 @@ of sampling settings in one run (the AO-GPT paper's Table 2).
 
 For each point of the grid, steps x temperature x top_p (comma lists; with --pair_settings the i-th
 temperature goes with the i-th top_p instead), num_samples samples are drawn with sample.py's
-sampler (unconditional by default; start, infill and max_new_tokens as in sample.py), in batches
-of batch_size, all from the same seed. They go to samples_out (jsonl: ids, text and settings, one
+sampler (unconditional by default; start, infill, max_new_tokens and order as in sample.py, so an
+encoder checkpoint samples too, also with --order=ancestral), in batches of batch_size, all from the
+same seed. They go to samples_out (jsonl: ids, text and settings, one
 sample per line), so that --samples=file scores them again without sampling.
 
 scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-2 BPE ids (a name
 such as gpt2-large, or a folder written by save_pretrained; needs transformers), or one of our
-checkpoints (a .pt file or hf:owner/repo/file.pt), read in the identity order with its EMA weights
-(its raw ones if it has none; the output says which; --use_ema is the sampler's). Every generated
+decoder checkpoints (a .pt file or hf:owner/repo/file.pt; an encoder has no cheap left-to-right
+reading), read in the identity order with its EMA weights (its raw ones if it has none; the output
+says which; --use_ema is the sampler's). Every generated
 token but the first of the sample is scored, with no BOS; prompt tokens are not scored.
 
 Per grid point: gen PPL, the mean and (population) std over samples of exp(mean token NLL of the
@@ -34,11 +36,11 @@ import time
 import torch
 
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
-from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, check_steps, default_device, default_dtype,
-                    describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens, read_checkpoint,
-                    read_jsonl, same_vocab)
+from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_sampling, check_steps, default_device,
+                    default_dtype, describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens,
+                    read_checkpoint, read_jsonl, same_vocab)
 from configurator import check_settings, configure, fail
-from engine import Sampling, generate_many
+from engine import Sampling, compile_forward, generate_many
 from scoring import load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
@@ -58,7 +60,7 @@ pair_settings = False  # True: temperature[i] goes with top_p[i], instead of eve
 top_k = None
 top_p_mode = 'nucleus'  # 'nucleus' or 'authors' (drops the token that crosses top_p, as Table 2 did)
 schedule = 'linear'
-order = 'random'
+order = 'random'  # as sample.py: 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
 confidence = 'maxprob'
 sample_dtype = 'float64'  # precision of the sampling CDF
 start = ''  # a prompt (or FILE:path); its tokens are not scored
@@ -162,7 +164,7 @@ def read_samples(path):
 def sample_grid(model, checkpoint, path, decode, ids, known, points):
     """Every grid point's samples as records, written to samples_out as they come."""
     if compile:
-        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+        compile_forward(model)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
                   confidence=confidence, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size))
@@ -200,10 +202,11 @@ def main():
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
+        check_order(order, model)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
         ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
-        points = [(check_steps(s, known.count(False)), t, p) for s, t, p in points]
+        points = [(check_steps(s, known.count(False), order), t, p) for s, t, p in points]
         length = len(ids)
     nll, scorer_tokens, context, scorer_weights = load_scorer(scorer, device)
     check_scorer(scorer, vocab, length, scorer_tokens, context)

@@ -1,16 +1,20 @@
 """
-Sample from a trained AO-GPT with a KV cache, in any order, many tokens per step.
+Sample from a trained AO-GPT with a KV cache, in any order, many tokens per step; or from the encoder.
 
     python sample.py --out_dir=out-shakespeare-char                      # random order, one token per step
     python sample.py --out_dir=out-shakespeare-char --order=l2r --start="ROMEO:"
     python sample.py --out_dir=out-shakespeare-char --order=confidence --steps=16
     python sample.py --out_dir=out-shakespeare-char --infill="ROMEO: [MASK:20] my lord, [MASK:20]."
+    python sample.py --out_dir=out-mdm-shakespeare-char --order=ancestral --steps=256   # the encoder, as MDLM
 
 The masked positions are decoded in `steps` steps (`schedule` says how many per step); all the
 tokens of a step are sampled independently from the same context, the tokens decoded before it.
 order: 'random', 'l2r' (plain autoregressive decoding) or 'confidence' (each step scores every
 masked position in one cached pass and decodes the most confident ones, by highest max-probability
-or lowest entropy, see `confidence`). start: a prefix (or FILE:path); infill: a template whose
+or lowest entropy, see `confidence`). An encoder checkpoint (architecture=encoder) samples the same way,
+with one full forward per step and no cache, and also takes 'ancestral', MDLM's sampler: each step
+reveals every masked position with the same probability, so --steps may exceed the tokens (a step
+that reveals nothing costs nothing). start: a prefix (or FILE:path); infill: a template whose
 `mask_token` markers are generated ([MASK] is one token, [MASK:5] five) around the known text.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), or
 a Hugging Face Hub file hf:owner/repo/path. Character-level checkpoints carry their vocabulary.
@@ -20,10 +24,10 @@ top-p (the token that crosses top_p is dropped), and the step sizes truncate as 
 import torch
 
 from checkpoints import token_count
-from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_sampling, check_steps, default_device, default_dtype,
-                    find_checkpoint, load_tokenizer, prompt_tokens, read_checkpoint)
+from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_sampling, check_steps, default_device,
+                    default_dtype, find_checkpoint, load_tokenizer, prompt_tokens, read_checkpoint)
 from configurator import check_settings, configure, optional_int
-from engine import Sampling, generate
+from engine import Sampling, compile_forward, generate
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
@@ -36,7 +40,7 @@ max_new_tokens = None  # tokens after start; None fills the block
 num_samples = 3
 steps = None  # decoding steps; None: one token per step
 schedule = 'linear'  # 'linear' or 'cosine'
-order = 'random'  # 'random', 'l2r' or 'confidence'
+order = 'random'  # 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
 confidence = 'maxprob'  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
 temperature = 1.0  # 0: greedy
 top_k = None  # sample from the top_k most likely tokens only
@@ -59,13 +63,14 @@ def check_inputs():
 def main():
     check_inputs()
     model, checkpoint = read_checkpoint(find_checkpoint(init_from, out_dir), device, use_ema)
+    check_order(order, model)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
     ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token)
-    n_steps = check_steps(steps, known.count(False))
+    n_steps = check_steps(steps, known.count(False), order)
 
     if compile:
-        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+        compile_forward(model)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table

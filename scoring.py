@@ -151,6 +151,9 @@ def load_scorer(name, device):
     checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
     if not is_hf_model(name):
         model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
+        if model.config.architecture == 'encoder':
+            fail(f'the scorer {name} is an encoder checkpoint (architecture=encoder), which has no cheap left-to-right '
+                 f'reading: score with a decoder checkpoint or a Hugging Face model (gpt2-large, ...)')
 
         def nll(x):
             _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')

@@ -1,0 +1,246 @@
+"""Sampling from the encoder: its engine against direct forwards of the canvas, the schedules, MDLM's
+ancestral rule (its reveal probabilities, its reused forwards), sample.py and gen_ppl.py on an encoder
+checkpoint."""
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import TINY, one_line_error, run_script, samples, says, tiny_mdm, tiny_model
+from engine import Sampling, confidence_scores, generate, make_engine, step_sizes
+
+pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
+
+T, V = 8, 7  # the encoder's block_size and vocabulary here
+KNOWN = {
+    'none': [False] * T,
+    'prefix': [True] * 3 + [False] * 5,
+    'infill': [True, False, False, True, False, False, False, True],
+}
+
+
+@pytest.fixture(scope='module')
+def model():
+    return tiny_mdm(block_size=T, vocab_size=V)
+
+
+def prompt(name, rows=3, seed=0):
+    """(x, known): rows of random tokens and the template's known positions."""
+    return torch.randint(V, (rows, T), generator=torch.Generator().manual_seed(seed)), torch.tensor(KNOWN[name])
+
+
+def record_steps(model, x, known, steps, **options):
+    """generate's output, order and each step's (targets, logits)."""
+    record = []
+    out, order = generate(model, x, known, steps, generator=torch.Generator().manual_seed(1),
+                          on_step=lambda t, l: record.append((t.clone(), l.clone())), **options)
+    return out, order, record
+
+
+@pytest.mark.parametrize('policy', ['random', 'confidence'])
+@pytest.mark.parametrize('steps,schedule', [(None, 'linear'), (2, 'linear'), (3, 'cosine')])
+@pytest.mark.parametrize('name', ['none', 'infill'])
+def test_steps_decode_the_scheduled_number_of_tokens(model, policy, steps, schedule, name):
+    x, known = prompt(name)
+    n = int((~known).sum())
+    steps = n if steps is None else steps
+    _, order, record = record_steps(model, x, known, steps, policy=policy, schedule=schedule)
+    assert [t.size(1) for t, _ in record] == step_sizes(n, steps, schedule)
+    decoded = torch.cat([t for t, _ in record], 1)
+    assert torch.equal(decoded, order)
+    assert torch.equal(decoded.sort(1).values, (~known).nonzero().squeeze(1).expand(3, n))  # each once
+
+
+def canvas(model, x, known, decoded):
+    """The encoder's input before a step, built by hand: the known tokens and those at the decoded
+    positions (B, d) as in x, [MASK] everywhere else."""
+    shown = known.expand_as(x).clone()
+    shown.scatter_(1, decoded, True)
+    return torch.where(shown, x, model.mask_id)
+
+
+@pytest.mark.parametrize('policy', ['random', 'l2r', 'confidence'])
+@pytest.mark.parametrize('name', ['none', 'prefix', 'infill'])
+@torch.no_grad()
+def test_engine_logits_are_a_forward_of_the_canvas(model, policy, name):
+    x, known = prompt(name)
+    out, order, record = record_steps(model, x.clone(), known, 3, policy=policy)
+    done = 0
+    for targets, logits in record:
+        z = canvas(model, out, known, order[:, :done])
+        torch.testing.assert_close(logits, model.forward_masked(z, out_positions=targets), atol=1e-5, rtol=0)
+        if policy == 'confidence':  # the step took the most confident of all the positions still masked
+            remaining = order[:, done:]
+            scores = confidence_scores(model.forward_masked(z, out_positions=remaining), 'maxprob')
+            best = remaining.gather(1, scores.topk(targets.size(1), dim=1).indices)
+            assert torch.equal(best.sort(1).values, targets.sort(1).values)
+        done += targets.size(1)
+
+
+@torch.no_grad()
+def final_step_logits(model, x, reveals, targets):
+    """The last step's logits after the context was revealed in steps: reveals, a list of positions
+    per step (the first led by the start slot, -1); each step but the last predicts the next step's
+    first position, the last predicts targets (1, k)."""
+    engine = make_engine(model, 1, T)
+    for positions, following in zip(reveals, reveals[1:] + [None]):
+        positions = torch.tensor([positions])
+        step_targets = targets if following is None else torch.tensor([following[:1]])
+        logits = engine.step(x.gather(1, positions.clamp(min=0)), positions, step_targets)
+        engine.accept()
+    return logits
+
+
+def test_encoder_logits_do_not_depend_on_the_order_of_the_context(model):
+    x = torch.tensor([[3, 1, 4, 1, 5, 6, 2, 6]])
+    targets = torch.tensor([[1, 4, 7]])
+    first = [[-1, 0, 2], [3, 5, 6]]
+    second = [[-1, 6, 5], [0], [3, 2]]  # the same context {0, 2, 3, 5, 6}, in another order and grouping
+    torch.testing.assert_close(final_step_logits(model, x, first, targets),
+                               final_step_logits(model, x, second, targets), atol=0, rtol=0)
+    # the check has power: a decoder (AO-GPT) reads its context in order, so its logits differ
+    decoder = tiny_model(block_size=T, vocab_size=V)
+    assert not torch.allclose(final_step_logits(decoder, x, first, targets),
+                              final_step_logits(decoder, x, second, targets))
+
+
+@pytest.mark.parametrize('policy,steps', [('random', 3), ('confidence', 3), ('ancestral', 12)])
+@pytest.mark.parametrize('name', ['prefix', 'infill'])
+def test_known_tokens_never_change(model, policy, steps, name):
+    x, known = prompt(name, rows=16)
+    given = x[:, known].clone()
+    out, order = generate(model, x, known, steps, policy=policy, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(out[:, known], given)
+    assert out.max() < V  # no [MASK] left
+    assert torch.equal(order.sort(1).values, (~known).nonzero().squeeze(1).expand(16, -1))
+
+
+@pytest.mark.parametrize('policy', ['random', 'confidence', 'ancestral'])
+def test_ids_past_n_tokens_are_never_drawn(model, policy):
+    x, known = prompt('none', rows=64)
+    out, _ = generate(model, x, known, 4, policy=policy, generator=torch.Generator().manual_seed(0), n_tokens=3)
+    assert out.max() == 2
+
+
+def test_ancestral_needs_the_encoder():
+    x = torch.zeros(2, 16, dtype=torch.long)
+    with pytest.raises(ValueError, match='ancestral.*encoder'):
+        generate(tiny_model(), x, torch.zeros(16, dtype=torch.bool), 4, policy='ancestral')
+
+
+# -----------------------------------------------------------------------------
+# the ancestral rule, seen through the canvases of its forwards
+
+def ancestral_forwards(model, monkeypatch, x, known, steps, seed=0, **options):
+    """generate's (x, order) with policy='ancestral', and the canvas of each forward it ran."""
+    canvases = []
+    forward = model.forward_masked
+
+    def recorded(z, out_positions=None):
+        canvases.append(z.clone())
+        return forward(z, out_positions)
+    with monkeypatch.context() as patch:
+        patch.setattr(model, 'forward_masked', recorded)
+        out, order = generate(model, x.clone(), known, steps, policy='ancestral',
+                              generator=torch.Generator().manual_seed(seed), **options)
+    return out, order, canvases
+
+
+def test_ancestral_reuses_the_forward_only_while_nothing_changed(model, monkeypatch):
+    x, known = prompt('infill', rows=4)  # 5 tokens in 40 steps: most steps reveal nothing
+    out, order, every = ancestral_forwards(model, monkeypatch, x, known, 40, reuse_forward=False)
+    reused, reused_order, needed = ancestral_forwards(model, monkeypatch, x, known, 40)
+    assert torch.equal(reused, out) and torch.equal(reused_order, order)
+    assert len(every) == 40
+    # a forward is needed before each step that reveals something, where the canvas changes next
+    after = every[1:] + [out]
+    revealing = [z for z, nxt in zip(every, after) if not torch.equal(z, nxt)]
+    assert len(needed) == len(revealing) < 40
+    assert all(torch.equal(a, b) for a, b in zip(needed, revealing))
+
+
+@pytest.mark.parametrize('schedule', ['linear', 'cosine'])
+def test_ancestral_reveals_each_masked_position_with_probability_t_minus_s_over_t(model, monkeypatch, schedule):
+    rows, steps = 3000, 5
+    x, known = prompt('infill', rows=rows)
+    out, order, canvases = ancestral_forwards(model, monkeypatch, x, known, steps, schedule=schedule,
+                                              reuse_forward=False)
+    t = [1 - i / steps if schedule == 'linear' else math.cos(math.pi / 2 * i / steps) for i in range(steps + 1)]
+    masked = torch.stack([z == model.mask_id for z in canvases] + [out == model.mask_id])  # before each step, after
+    assert not masked[-1].any()  # all decoded
+    for i in range(steps):
+        at_risk, revealed = masked[i].sum().item(), (masked[i] & ~masked[i + 1]).sum().item()
+        p = (t[i] - t[i + 1]) / t[i]  # 1 at the last step: it reveals all that remain
+        sigma = math.sqrt(at_risk * p * (1 - p))
+        assert abs(revealed - at_risk * p) <= 4 * sigma + 1e-9, (i, revealed, at_risk * p)
+        assert (masked[i + 1] <= masked[i]).all()  # a revealed token stays
+    # the order lists the positions by the step that revealed them
+    step_of = masked.sum(0).gather(1, order)  # steps each position stayed masked
+    assert (step_of[:, 1:] >= step_of[:, :-1]).all()
+
+
+@torch.no_grad()
+def test_ancestral_draws_each_token_given_the_canvas_before_its_step(model, monkeypatch):
+    x, known = prompt('none', rows=32)
+    out, _, canvases = ancestral_forwards(model, monkeypatch, x, known, 6, sampling=Sampling(temperature=0),
+                                          reuse_forward=False)
+    for z, after in zip(canvases, canvases[1:] + [out]):
+        new = (z == model.mask_id) & (after != model.mask_id)
+        assert torch.equal(after[new], model.forward_masked(z).argmax(-1)[new])
+
+
+# -----------------------------------------------------------------------------
+# the command line, on an encoder trained here
+
+@pytest.fixture(scope='module')
+def mdm_ckpt(workdir):
+    """out_dir (relative to workdir) of a tiny char-level encoder trained briefly on data/shakespeare_char."""
+    run_script('train.py', *TINY, '--architecture=encoder', '--dataset=shakespeare_char', '--out_dir=out-mdm',
+               '--max_iters=10', '--eval_interval=10', '--learning_rate=3e-3', cwd=workdir)
+    return 'out-mdm'
+
+
+@pytest.mark.parametrize('args', [
+    ['--order=random', '--start=ROMEO:'],
+    ['--order=confidence', '--confidence=entropy', '--steps=8', '--schedule=cosine', '--start=ROMEO:'],
+    ['--order=ancestral', '--steps=64', '--top_k=10', '--top_p=0.9', '--start=ROMEO:'],  # more steps than tokens
+])
+def test_cli_samples_from_the_encoder(workdir, mdm_ckpt, args):
+    out = run_script('sample.py', f'--out_dir={mdm_ckpt}', '--num_samples=2', '--device=cpu', *args, cwd=workdir)
+    texts = samples(out.stdout)
+    assert len(texts) == 2 and all(len(t) == 32 and t.startswith('ROMEO:') for t in texts), out.stdout
+
+
+def test_cli_infill_from_the_encoder(workdir, mdm_ckpt):
+    out = run_script('sample.py', f'--out_dir={mdm_ckpt}', '--num_samples=3', '--device=cpu', '--order=ancestral',
+                     '--steps=20', '--infill=ROMEO:[MASK:10] the [MASK:5].', cwd=workdir)
+    texts = samples(out.stdout)
+    assert len(texts) == 3
+    for t in texts:
+        assert len(t) == 27 and t[:6] == 'ROMEO:' and t[16:21] == ' the ' and t[26] == '.', t
+
+
+def test_cli_gen_ppl_of_encoder_samples(workdir, mdm_ckpt, char_ckpt):
+    out = run_script('gen_ppl.py', f'--out_dir={mdm_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--device=cpu',
+                     '--order=ancestral', '--steps=8,64', '--num_samples=4', '--batch_size=4',
+                     '--samples_out=mdm.jsonl', '--out_json=mdm.json', cwd=workdir)
+    assert 'gen PPL' in out.stdout and f'scorer: {char_ckpt}/ckpt.pt' in out.stdout
+    results = json.loads((workdir / 'mdm.json').read_text())['results']
+    assert [(r['steps'], r['order'], r['n']) for r in results] == [(8, 'ancestral', 4), (64, 'ancestral', 4)]
+    assert all(1 < r['gen_ppl'] < 1e4 for r in results)
+    lines = [json.loads(line) for line in (workdir / 'mdm.jsonl').read_text().splitlines()]
+    assert len(lines) == 8 and all(len(r['text']) == 32 for r in lines)
+
+
+@pytest.mark.parametrize('script,args,parts', [
+    ('sample.py', ['--out_dir={char}', '--order=ancestral'], ('ancestral', 'encoder', 'a decoder')),
+    ('gen_ppl.py', ['--out_dir={char}', '--scorer={char}/ckpt.pt', '--order=ancestral'], ('ancestral', 'encoder')),
+    ('gen_ppl.py', ['--out_dir={mdm}', '--scorer={mdm}/ckpt.pt'],
+     ('scorer {mdm}/ckpt.pt', 'encoder', 'left-to-right', 'decoder checkpoint or a Hugging Face model')),
+    ('sample.py', ['--out_dir={mdm}', '--steps=33'], ('--steps', 'from 1 to the 32 tokens', 'got 33')),
+])
+def test_cli_errors_are_one_line(workdir, mdm_ckpt, char_ckpt, script, args, parts):
+    names = dict(char=char_ckpt, mdm=mdm_ckpt)
+    error = one_line_error(script, '--device=cpu', *(a.format(**names) for a in args), cwd=workdir)
+    says(error, *(part.format(**names) for part in parts))
