@@ -1,6 +1,7 @@
 """
 Zero-shot perplexity of a checkpoint, left-to-right, any-order, and ensembled over context orders,
-on the authors' evaluation chunks.
+on the authors' evaluation chunks; for an encoder (MDM) checkpoint, the exact left-to-right
+perplexity and the NELBO perplexity bound.
 
     python eval_ppl.py --ensemble 8                      # out-shakespeare-char on its val.bin
     python eval_ppl.py --out_dir=out --dataset=wikitext2,ptb,lambada,lm1b --ensemble 8
@@ -36,6 +37,12 @@ scripts; their sigma-GPT any-order script used bf16 autocast (--dtype=bfloat16).
 A Hugging Face model scores tokens 2..block_size of each chunk (the first has no context), as the
 authors scored GPT-2.
 
+An encoder checkpoint (architecture=encoder, known from the checkpoint) reads its context as a set,
+so it has no context orders (M=2.. read n/a). Its l2r is exact, position i read with positions i..
+masked: n forwards per chunk, O(n^2) work (--encoder_l2r=False skips it). Its any-order column is
+the NELBO bound exp(NELBO) ± its standard error: each chunk's NELBO estimated without bias from
+--mc_samples masks at stratified levels (in --dtype), the s.e. over chunks by the delta method.
+
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
 OpenAI's URL; openwebtext and shakespeare_char from data/<name>/val.bin; --data_file=path for a
 .txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
@@ -48,7 +55,6 @@ to the environment variable AOGPT_DATA_DIR, the project's one data-location sett
 Speed: see scoring.py (the fast ensemble).
 """
 import json
-import math
 import os
 import time
 
@@ -59,7 +65,8 @@ from checkpoints import checkpoint_tokens
 from common import (DTYPES, autocast, check_device, default_device, find_checkpoint, is_hf_model, load_hf_causal_lm,
                     print_table, read_checkpoint)
 from configurator import at_least, check_settings, configure, fail, one_of
-from scoring import ensemble_sizes, hf_l2r_logprobs, perplexities, score_chunks
+from scoring import (encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, nelbo_bound, nelbo_estimates,
+                     perplexities, perplexity, score_chunks)
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder
@@ -80,6 +87,8 @@ device = default_device()
 dtype = 'float32'  # any-order and ensemble numbers (their AO-GPT scripts: float32; their sigma-GPT one: bfloat16)
 l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype
 compile = False  # torch.compile the model's forward, with dynamic shapes (the query batches vary in size)
+encoder_l2r = True  # an encoder's exact left-to-right perplexity: n forwards per chunk (O(n^2)); False skips it
+mc_samples = 32  # an encoder's masks per chunk for its NELBO, one per stratum of the masking level
 # -----------------------------------------------------------------------------
 
 SPLITS = ('test', 'validation', 'train')
@@ -98,7 +107,7 @@ def check_inputs(names):
     """Everything that can be checked before any work: settings, device, names, output folder."""
     check_settings(globals(), {'ensemble': at_least(1), 'max_tokens': at_least(1), 'max_chunks': at_least(0),
                                'block_size': at_least(0), 'split': one_of(*SPLITS), 'pipeline': one_of(*PIPELINES),
-                               'l2r_dtype': one_of('auto', *DTYPES)})
+                               'l2r_dtype': one_of('auto', *DTYPES), 'mc_samples': at_least(1)})
     hf = is_hf_model(init_from)
     check_device(device, dtype)
     check_device(device, l2r_precision(l2r_dtype, device, hf))
@@ -148,11 +157,18 @@ def main():
         if not len(sets[name]):
             fail(f'{name} makes no {n}-token chunk: --pipeline=paper cuts each batch (at most {MAP_BATCH:,} rows '
                  f'of one of {MAP_SHARDS} shards) on its own; --pipeline=clean cuts all the rows at once')
-    if compile:
-        model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+    encoder = not hf and model.config.architecture == 'encoder'
+    if compile:  # the method every forward of the evaluation goes through
+        if encoder:
+            model.forward_masked = torch.compile(model.forward_masked, dynamic=True)
+        else:
+            model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
     precision = l2r_precision(l2r_dtype, device, hf)
     l2r_ctx = autocast(device, precision)
-    print(f"pipeline: {pipeline}; left-to-right in {precision}" + ('' if hf else f', any-order in {dtype}'))
+    if encoder:
+        describe_encoder_passes(precision, n)
+    else:
+        print(f"pipeline: {pipeline}; left-to-right in {precision}" + ('' if hf else f', any-order in {dtype}'))
     if hf:
         print(f'{init_from}: left-to-right only; each {n}-token chunk scores its last {n - 1} tokens '
               f'(the first has no context), as the authors scored GPT-2')
@@ -161,27 +177,58 @@ def main():
         t0 = time.time()
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
-            ppl = {'l2r': math.exp(-l2r.mean().item())}
+            ppl, tokens = {'l2r': perplexity(l2r)}, l2r.numel()
+        elif encoder:
+            ppl, tokens = encoder_perplexities(model, chunks, name, l2r_ctx), chunks.numel()
         else:
             l2r, members = score_chunks(model, chunks, ensemble, max_tokens, seed, autocast(device, dtype), name, l2r_ctx)
-            ppl = perplexities(l2r, members)
-        results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=l2r.numel(), ppl=ppl,
+            ppl, tokens = perplexities(l2r, members), l2r.numel()
+        results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=tokens, ppl=ppl,
                              seconds=round(time.time() - t0, 2))
     report(results, ensemble)
     if out_json:
         with open(out_json, 'w') as f:
             json.dump(dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype,
-                           l2r_dtype=precision, results=results), f, indent=2)
+                           l2r_dtype=precision, **(dict(mc_samples=mc_samples) if encoder else {}), results=results),
+                      f, indent=2)
         print(f'wrote {out_json}')
 
 
+def describe_encoder_passes(precision, n):
+    """What the encoder's columns are and what they cost."""
+    print(f'pipeline: {pipeline}; encoder: ' + (f'left-to-right exact in {precision}, {n} forwards per chunk '
+                                                f'(--encoder_l2r=False skips it); ' if encoder_l2r else '') +
+          f'any-order: the NELBO bound exp(NELBO) ± its standard error over chunks, {mc_samples} stratified '
+          f'masks per chunk in {dtype}')
+    if ensemble > 1:
+        print('note: the encoder reads its context as a set, in no order, so context-order ensembles do not '
+              'apply: M=2.. read n/a')
+
+
+def encoder_perplexities(model, chunks, name, l2r_ctx):
+    """An encoder's ppl of one set: its NELBO bound and the bound's s.e., and its exact l2r unless skipped."""
+    ppl = {'l2r': perplexity(encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{name} l2r'))} \
+        if encoder_l2r else {}
+    estimates = nelbo_estimates(model, chunks, mc_samples, max_tokens, seed, autocast(device, dtype), f'{name} NELBO')
+    bound, se = nelbo_bound(estimates)
+    return ppl | {'nelbo_bound': bound, 'nelbo_bound_se': se}
+
+
 def report(results, ensemble):
-    """One row per set; a column a model does not have (any-order for GPT-2) reads '-'."""
+    """One row per set; a column a model does not have (any-order for GPT-2, an encoder's l2r when skipped)
+    reads '-'; an encoder's any-order column is its NELBO bound ± s.e., its ensemble columns n/a."""
     sizes = ensemble_sizes(ensemble)
     head = ['dataset', 'tokens', 'l2r ppl', 'any-order ppl'] + [f'M={m}' for m in sizes[1:]] + ['time']
-    print_table(head, [[name, f"{r['tokens']:,}", *(f"{r['ppl'][k]:.3f}" if k in r['ppl'] else '-'
-                                                     for k in ['l2r', *sizes]), f"{r['seconds']:.1f}s"]
+    print_table(head, [[name, f"{r['tokens']:,}", *ppl_cells(r['ppl'], sizes), f"{r['seconds']:.1f}s"]
                        for name, r in results.items()])
+
+
+def ppl_cells(ppl, sizes):
+    """A row's perplexity cells: l2r, any-order, then M=2.. (see report)."""
+    cell = lambda k: f'{ppl[k]:.3f}' if k in ppl else '-'
+    if 'nelbo_bound' not in ppl:
+        return [cell(k) for k in ['l2r', *sizes]]
+    return [cell('l2r'), f"<= {ppl['nelbo_bound']:.3f} ± {ppl['nelbo_bound_se']:.3f}"] + ['n/a'] * (len(sizes) - 1)
 
 
 if __name__ == '__main__':

@@ -1,7 +1,8 @@
 """
 Scoring: how well a model predicts given tokens. Per-token log-probabilities of evaluation chunks,
 left to right, in any order and ensembled over context orders (eval_ppl.py, train.py's val losses
-read the same chunks), and the statistics of generated samples (gen_ppl.py).
+read the same chunks); the encoder's NELBO bound and exact left-to-right log-probs on the same
+chunks; and the statistics of generated samples (gen_ppl.py).
 
 The fast ensemble: only the prefix up to slot i matters for target i, so each (target, member)
 query is a row of i+1 slots, rows of similar length are batched (at most max_tokens slots per
@@ -10,6 +11,7 @@ per query, and none of the wasted vocabulary projections.
 """
 import math
 from contextlib import nullcontext
+from itertools import islice
 
 import torch
 from torch.nn import functional as F
@@ -134,12 +136,102 @@ def hf_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None):
     return torch.cat(out)
 
 
+def perplexity(logprobs):
+    return math.exp(-logprobs.mean().item())
+
+
 def perplexities(l2r, members):
-    ppl = {'l2r': math.exp(-l2r.mean().item())}
+    ppl = {'l2r': perplexity(l2r)}
     for m in ensemble_sizes(members.size(0)):
         p_ens = members[:m].logsumexp(0) - math.log(m)
         ppl[m] = math.exp(-p_ens.mean().item())
     return ppl
+
+
+# -----------------------------------------------------------------------------
+# the encoder (MDM): its NELBO bound and its exact left-to-right log-probs; its context is a set, read
+# in no order, so there is no ensemble over context orders
+
+def batched(rows, size):
+    """Consecutive lists of `size` rows of an iterable, the last one shorter."""
+    rows = iter(rows)
+    return iter(lambda: list(islice(rows, size)), [])
+
+
+def nelbo_masks(n, n_samples, generator):
+    """n_samples masks of n positions, one per stratum of the masking level: (mask (K, n), levels (K,)).
+
+    Level t_k = (k + 1 - u_k) / K lies in (k/K, (k+1)/K] (u_k uniform in [0, 1)), so the levels cover
+    (0, 1] evenly, which removes their spread from the estimate's variance, and reach 0, which keeps
+    it unbiased (unlike training's eps). Each position is masked with probability t_k.
+    """
+    K = n_samples
+    t = (torch.arange(K, dtype=torch.float64) + 1 - torch.rand(K, generator=generator, dtype=torch.float64)) / K
+    return torch.rand(K, n, generator=generator, dtype=torch.float64) < t[:, None], t
+
+
+def nelbo_rows(chunks, n_samples, seed, desc):
+    """(chunk index, mask, 1/t) of each masked copy of each chunk. A chunk's masks come from its own
+    seeded generator, so they do not depend on batching."""
+    for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
+        mask, t = nelbo_masks(len(x), n_samples, torch.Generator().manual_seed(hash((seed, c))))
+        yield from zip([c] * n_samples, mask, (1 / t).float())
+
+
+@torch.no_grad()
+def nelbo_estimates(model, chunks, n_samples, max_tokens, seed, ctx=nullcontext(), desc=None):
+    """Each chunk's NELBO per token, the encoder's bound on -log p(x) / n: (N,) float64, on the CPU.
+
+    Unbiased: the mean over n_samples masked copies (nelbo_masks) of (1/t) * the sum over the masked
+    positions of -log p(x_i | the unmasked tokens) / n, the model's own weighted loss. A copy's every
+    position goes through the head, so a copy costs n * (1 + HEAD_COST) slots of the budget.
+    """
+    device = next(model.parameters()).device
+    N, n = chunks.shape
+    total = torch.zeros(N, dtype=torch.float64)
+    for batch in batched(nelbo_rows(chunks, n_samples, seed, desc), max(1, max_tokens // (n * (1 + HEAD_COST)))):
+        c, mask, weights = zip(*batch)
+        c, mask, weights = torch.tensor(c), torch.stack(mask), torch.stack(weights)[:, None]
+        with ctx:
+            _, terms = model(chunks[c].to(device), mask.to(device), weights.to(device), reduction='none')
+        total.index_add_(0, c, terms.double().sum(1).cpu())
+        release_freed_memory()
+    return total / (n_samples * n)
+
+
+def nelbo_bound(estimates):
+    """A set's perplexity bound exp(NELBO), NELBO the mean of its chunks' estimates, and the bound's
+    standard error by the delta method, exp(NELBO) * std over chunks / sqrt(N) (nan for one chunk)."""
+    bound = math.exp(estimates.mean().item())
+    se = estimates.std().item() / math.sqrt(len(estimates)) if len(estimates) > 1 else math.nan
+    return bound, bound * se
+
+
+def l2r_queries(chunks, desc):
+    """(chunk index, position) of each left-to-right query."""
+    for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
+        yield from ((c, i) for i in range(len(x)))
+
+
+@torch.no_grad()
+def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None):
+    """log p(x_i | x_<i) of every token under the encoder, exactly: (N*n,), on the CPU.
+
+    Position i is read with positions i..n-1 masked, and only it goes through the head: n forwards of n
+    slots per chunk, O(n^2) work. Position 0 is predicted from nothing, as a decoder's start slot
+    predicts it.
+    """
+    device = next(model.parameters()).device
+    N, n = chunks.shape
+    out = torch.empty(N, n)
+    for batch in batched(l2r_queries(chunks, desc), max(1, max_tokens // (n + HEAD_COST))):
+        c, i = torch.tensor(batch).T
+        z = torch.where(torch.arange(n) >= i[:, None], model.mask_id, chunks[c])
+        with ctx:
+            logits = model.forward_masked(z.to(device), out_positions=i[:, None].to(device))[:, 0]
+        out[c, i] = F.log_softmax(logits.float(), dim=-1).gather(1, chunks[c, i][:, None].to(device))[:, 0].cpu()
+        release_freed_memory()
+    return out.flatten()
 
 
 # -----------------------------------------------------------------------------

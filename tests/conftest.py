@@ -200,6 +200,14 @@ def char_ckpt(workdir):
 
 
 @pytest.fixture(scope='session')
+def mdm_ckpt(workdir):
+    """out_dir (relative to workdir) of a tiny char-level encoder (MDM) trained briefly on data/shakespeare_char."""
+    run_script('train.py', *TINY, '--architecture=encoder', '--dataset=shakespeare_char', '--out_dir=out-mdm',
+               '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3', cwd=workdir)
+    return 'out-mdm'
+
+
+@pytest.fixture(scope='session')
 def bpe_ckpt(workdir):
     """out_dir of a tiny GPT-2-BPE model trained briefly on data/webtext: synthetic ids, 200 chunks of 32 in val.bin."""
     folder = workdir / 'data' / 'webtext'

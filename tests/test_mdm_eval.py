@@ -1,0 +1,111 @@
+"""eval_ppl.py on an encoder (MDM) checkpoint: the NELBO estimator against the exact NELBO by subset
+enumeration, its stratified levels, the exact left-to-right log-probs against one forward per cut,
+batching, the CLI."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import N_EXACT as N, VOCAB_EXACT as V, exact_l2r, exact_nelbo, nll_given, run_script, tiny_mdm
+from common import read_checkpoint
+from scoring import encoder_l2r_logprobs, nelbo_estimates, nelbo_masks
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+@pytest.fixture(scope='module')
+def model():
+    return tiny_mdm()
+
+
+def random_chunks(n_chunks, seed):
+    return torch.randint(V, (n_chunks, N), generator=torch.Generator().manual_seed(seed))
+
+
+def test_nelbo_estimates_are_unbiased(model):
+    x = torch.tensor([3, 0, 4, 4, 1])
+    estimates = nelbo_estimates(model, x.expand(4096, N), 16, max_tokens=10**7, seed=1)  # copies, each its own masks
+    mean, error = estimates.mean().item(), estimates.std().item() / math.sqrt(len(estimates))
+    assert abs(mean - exact_nelbo(model, x)) < 4 * error
+    # the check has power; the bound is loose because the estimate's tail is heavy (a level near 0 weighs its few
+    # masked tokens by 1/t), so the sample s.e. varies from seed to seed (0.5% to 1% here)
+    assert error < 0.02 * mean
+
+
+def test_levels_are_one_per_stratum():
+    generator = torch.Generator().manual_seed(0)
+    for K in (1, 3, 16):
+        mask, t = nelbo_masks(4000, K, generator)
+        assert torch.equal(torch.ceil(t * K), torch.arange(1.0, K + 1, dtype=torch.float64))  # t_k in (k/K, (k+1)/K]
+        assert (mask.double().mean(1) - t).abs().max() < 4 * math.sqrt(0.25 / 4000)  # each position masked w.p. t_k
+    levels = torch.cat([nelbo_masks(1, 4, generator)[1] for _ in range(2000)]).sort().values
+    assert (levels - torch.linspace(0, 1, len(levels), dtype=torch.float64)).abs().max() < 0.02  # uniform over (0, 1]
+
+
+def test_encoder_l2r_is_one_forward_per_cut(model):
+    chunks = random_chunks(3, seed=0)
+    logprobs = encoder_l2r_logprobs(model, chunks, max_tokens=1).view(3, N)
+    for x, row in zip(chunks, logprobs):
+        expected = torch.stack([-nll_given(model, x, set(range(i)))[i] for i in range(N)])  # position 0 from nothing
+        torch.testing.assert_close(row.double(), expected, rtol=1e-5, atol=0)
+        assert -row.double().mean().item() == pytest.approx(exact_l2r(model, x), rel=1e-5)
+
+
+@pytest.mark.parametrize('max_tokens', [1, 700])  # one row per forward; 2 NELBO and 10 l2r rows, across chunks
+def test_batching_does_not_change_the_numbers(model, max_tokens):
+    chunks = random_chunks(7, seed=1)
+    nelbo = nelbo_estimates(model, chunks, 5, max_tokens, seed=3)
+    torch.testing.assert_close(nelbo, nelbo_estimates(model, chunks, 5, 10**6, seed=3))
+    assert not torch.allclose(nelbo, nelbo_estimates(model, chunks, 5, max_tokens, seed=4))  # the draws matter
+    l2r = encoder_l2r_logprobs(model, chunks, max_tokens)
+    torch.testing.assert_close(l2r, encoder_l2r_logprobs(model, chunks, 10**6))
+
+
+def eval_ppl(workdir, mdm_ckpt, *args):
+    """eval_ppl.py on the first 3 chunks of the tiny encoder's val.bin: its stdout, the table's header and row
+    (split into words), the JSON."""
+    out = run_script('eval_ppl.py', f'--out_dir={mdm_ckpt}', '--max_chunks=3', '--device=cpu', '--out_json=mdm.json',
+                     *args, cwd=workdir).stdout
+    header, row = out.splitlines()[-3:-1]
+    return out, header.split(), row.split(), json.load(open(workdir / 'mdm.json'))
+
+
+def test_cli_encoder(workdir, mdm_ckpt):
+    out, header, row, result = eval_ppl(workdir, mdm_ckpt, '--ensemble', '4')
+    assert header == ['dataset', 'tokens', 'l2r', 'ppl', 'any-order', 'ppl', 'M=2', 'M=4', 'time']
+    assert 'left-to-right exact in float32, 32 forwards per chunk' in out
+    assert 'context-order ensembles do not apply' in out
+    assert result['mc_samples'] == 32 and result['ensemble'] == 4
+    ppl = result['results']['shakespeare_char']['ppl']
+    assert set(ppl) == {'l2r', 'nelbo_bound', 'nelbo_bound_se'}
+    assert row[:-1] == ['shakespeare_char', '96', f"{ppl['l2r']:.3f}", '<=', f"{ppl['nelbo_bound']:.3f}", '±',
+                        f"{ppl['nelbo_bound_se']:.3f}", 'n/a', 'n/a']
+    assert 1 < ppl['nelbo_bound'] < 65 and 0 < ppl['nelbo_bound_se'] < ppl['nelbo_bound']
+    # the l2r perplexity, independently: one forward per cut of each chunk of val.bin (one document, cut in 32s)
+    model, _ = read_checkpoint(workdir / mdm_ckpt / 'ckpt.pt')
+    tokens = np.fromfile(workdir / 'data' / 'shakespeare_char' / 'val.bin', dtype=np.uint16)[:96]
+    chunks = torch.from_numpy(tokens.astype(np.int64)).view(3, 32)
+    with torch.no_grad():
+        nll = sum(exact_l2r(model, x) for x in chunks) / 3
+    assert ppl['l2r'] == pytest.approx(math.exp(nll), rel=1e-5)
+
+
+@pytest.mark.filterwarnings('ignore:Mismatch dtype between input and weight')
+def test_cli_encoder_without_l2r_nelbo_in_dtype(workdir, mdm_ckpt):
+    _, _, _, fp32 = eval_ppl(workdir, mdm_ckpt, '--encoder_l2r=False')
+    _, header, row, bf16 = eval_ppl(workdir, mdm_ckpt, '--encoder_l2r=False', '--dtype=bfloat16')
+    assert header[-1] == 'time' and row[2:4] == ['-', '<=']  # no ensemble columns without --ensemble
+    fp32, bf16 = (r['results']['shakespeare_char']['ppl'] for r in (fp32, bf16))
+    assert set(bf16) == {'nelbo_bound', 'nelbo_bound_se'}
+    # --dtype: bf16 autocast rounds the NELBO passes, a little
+    assert bf16['nelbo_bound'] != fp32['nelbo_bound']
+    assert bf16['nelbo_bound'] == pytest.approx(fp32['nelbo_bound'], rel=0.01)
+
+
+@pytest.mark.slow
+def test_compiled_encoder_evaluation_matches_eager(workdir, mdm_ckpt):
+    rows = [eval_ppl(workdir, mdm_ckpt, f'--compile={compile}')[3]['results']['shakespeare_char']['ppl']
+            for compile in (True, False)]
+    assert rows[0] == pytest.approx(rows[1], rel=1e-4)
