@@ -65,6 +65,7 @@ from checkpoints import checkpoint_tokens
 from common import (DTYPES, autocast, check_device, default_device, find_checkpoint, is_hf_model, load_hf_causal_lm,
                     print_table, read_checkpoint)
 from configurator import at_least, check_settings, configure, fail, one_of
+from engine import compile_forward
 from scoring import (encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, nelbo_bound, nelbo_estimates,
                      perplexities, perplexity, score_chunks)
 
@@ -158,11 +159,8 @@ def main():
             fail(f'{name} makes no {n}-token chunk: --pipeline=paper cuts each batch (at most {MAP_BATCH:,} rows '
                  f'of one of {MAP_SHARDS} shards) on its own; --pipeline=clean cuts all the rows at once')
     encoder = not hf and model.config.architecture == 'encoder'
-    if compile:  # the method every forward of the evaluation goes through
-        if encoder:
-            model.forward_masked = torch.compile(model.forward_masked, dynamic=True)
-        else:
-            model.forward_slots = torch.compile(model.forward_slots, dynamic=True)
+    if compile:
+        compile_forward(model)
     precision = l2r_precision(l2r_dtype, device, hf)
     l2r_ctx = autocast(device, precision)
     if encoder:

@@ -161,17 +161,23 @@ def batched(rows, size):
 def nelbo_masks(n, n_samples, generator):
     """n_samples masks of n positions, one per stratum of the masking level: (mask (K, n), levels (K,)).
 
-    Level t_k = (k + 1 - u_k) / K lies in (k/K, (k+1)/K] (u_k uniform in [0, 1)), so the levels cover
-    (0, 1] evenly, which removes their spread from the estimate's variance, and reach 0, which keeps
-    it unbiased (unlike training's eps). Each position is masked with probability t_k.
+    Copy k masks exactly m_k random positions, m_k = 1 + floor(n (k + u_k) / K) (u_k uniform), so the
+    counts cover 1..n evenly and the level is m_k / n. Weighted by n / m_k, the masked -log p summed and
+    divided by n is an unbiased estimate of the NELBO per token: a masked set M has the weight
+    (|M|-1)! (n-|M|)! / n! in it, which is 1/n for its size times 1/|M| over the sets of that size.
+    Unlike drawing t and masking each position with probability t, the weights stay at most n, so
+    the estimate has no heavy tail (there, t near 0 weighs a lone masked token by 1/t).
     """
     K = n_samples
-    t = (torch.arange(K, dtype=torch.float64) + 1 - torch.rand(K, generator=generator, dtype=torch.float64)) / K
-    return torch.rand(K, n, generator=generator, dtype=torch.float64) < t[:, None], t
+    u = torch.rand(K, generator=generator, dtype=torch.float64)
+    m = 1 + (n * (torch.arange(K) + u) / K).long().clamp(max=n - 1)
+    order = torch.rand(K, n, generator=generator).argsort(1)  # a uniform random subset of each size
+    mask = torch.zeros(K, n, dtype=torch.bool).scatter_(1, order, torch.arange(n) < m[:, None])
+    return mask, m / n
 
 
 def nelbo_rows(chunks, n_samples, seed, desc):
-    """(chunk index, mask, 1/t) of each masked copy of each chunk. A chunk's masks come from its own
+    """(chunk index, mask, 1/level) of each masked copy of each chunk. A chunk's masks come from its own
     seeded generator, so they do not depend on batching."""
     for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
         mask, t = nelbo_masks(len(x), n_samples, torch.Generator().manual_seed(hash((seed, c))))
@@ -182,7 +188,7 @@ def nelbo_rows(chunks, n_samples, seed, desc):
 def nelbo_estimates(model, chunks, n_samples, max_tokens, seed, ctx=nullcontext(), desc=None):
     """Each chunk's NELBO per token, the encoder's bound on -log p(x) / n: (N,) float64, on the CPU.
 
-    Unbiased: the mean over n_samples masked copies (nelbo_masks) of (1/t) * the sum over the masked
+    Unbiased: the mean over n_samples masked copies (nelbo_masks) of n/m * the sum over the m masked
     positions of -log p(x_i | the unmasked tokens) / n, the model's own weighted loss. A copy's every
     position goes through the head, so a copy costs n * (1 + HEAD_COST) slots of the budget.
     """

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from conftest import N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given, tiny_mdm
 from model import GPTConfig, MDM

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY, one_line_error, run_script, samples, says, tiny_mdm, tiny_model
+from conftest import one_line_error, run_script, samples, says, tiny_mdm, tiny_model
 from engine import Sampling, confidence_scores, generate, make_engine, step_sizes
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -191,15 +191,7 @@ def test_ancestral_draws_each_token_given_the_canvas_before_its_step(model, monk
 
 
 # -----------------------------------------------------------------------------
-# the command line, on an encoder trained here
-
-@pytest.fixture(scope='module')
-def mdm_ckpt(workdir):
-    """out_dir (relative to workdir) of a tiny char-level encoder trained briefly on data/shakespeare_char."""
-    run_script('train.py', *TINY, '--architecture=encoder', '--dataset=shakespeare_char', '--out_dir=out-mdm',
-               '--max_iters=10', '--eval_interval=10', '--learning_rate=3e-3', cwd=workdir)
-    return 'out-mdm'
-
+# the command line, on the tiny encoder of conftest.mdm_ckpt
 
 @pytest.mark.parametrize('args', [
     ['--order=random', '--start=ROMEO:'],

@@ -68,14 +68,14 @@ def test_resume_is_exact(workdir, order):
 def test_encoder_trains_on_its_nelbo(workdir):
     from checkpoints import load_checkpoint
     from model import MDM
-    train(workdir, 'out-mdm', '--architecture=encoder', '--max_iters=150', '--lr_decay_iters=150',
+    train(workdir, 'out-mdm-nelbo', '--architecture=encoder', '--max_iters=150', '--lr_decay_iters=150',
           '--eval_interval=75', '--learning_rate=3e-3', '--ema_decay=0.9')
-    records = metrics(workdir, 'out-mdm')
+    records = metrics(workdir, 'out-mdm-nelbo')
     first, last = records[0], records[-1]
     assert all(math.isfinite(r[key]) for r in records for key in ('train_l2r', 'val_l2r', 'train_ao', 'val_ao'))
     assert first['val_ao'] > 4.0 and last['val_ao'] < first['val_ao'] - 0.6  # the NELBO, per token
     assert last['val_l2r'] < first['val_l2r'] - 0.6
-    model, ckpt = load_checkpoint(workdir / 'out-mdm' / 'ckpt.pt')  # the checkpoint says what it is
+    model, ckpt = load_checkpoint(workdir / 'out-mdm-nelbo' / 'ckpt.pt')  # the checkpoint says what it is
     assert ckpt['model_args']['architecture'] == 'encoder' and isinstance(model, MDM)
 
 
