@@ -68,3 +68,28 @@ def test_memory_is_flat_in_the_number_of_chunks(workdir, real_ckpt):
         assert out.splitlines()[-1].split()[:2] == ['lambada', f'{chunks * 1024:,}']
     print(f'eval_ppl.py, LAMBADA chunks of 1024: peak {peaks[4]:.0f} MB after 4 chunks, {peaks[12]:.0f} MB after 12')
     assert peaks[12] < peaks[4] + 100 and peaks[12] < 3000
+
+
+@pytest.fixture(scope='module')
+def real_mdm(workdir, bpe_ckpt):  # the encoder at the same shapes
+    return peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real-mdm', '--architecture=encoder',
+                           '--device=cpu', '--dtype=bfloat16', '--compile=False', '--n_layer=2', '--n_head=2',
+                           '--n_embd=64', '--cond_dim=32', '--block_size=1024', '--batch_size=2', '--max_iters=2',
+                           '--gradient_accumulation_steps=2', '--eval_interval=2', '--eval_iters=1',
+                           '--warmup_iters=1', '--lr_decay_iters=2', cwd=workdir)
+
+
+def test_encoder_trains_evaluates_and_samples(workdir, real_mdm):
+    out, peak = real_mdm
+    print(f'train.py --architecture=encoder, block 1024, bf16 autocast: peak {peak:.0f} MB')
+    assert 'saved checkpoint to out-real-mdm' in out and peak < 4000
+    data_dir = needs('gpt2_bpe', 'wikitext2')
+    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real-mdm', '--dataset=wikitext2', f'--data_dir={data_dir}',
+                                '--max_chunks=1', '--device=cpu', cwd=workdir)
+    print(f'eval_ppl.py on the encoder, 1 chunk of 1024 (exact l2r and NELBO): peak {peak:.0f} MB')
+    row = out.splitlines()[-1].split()
+    assert row[:2] == ['wikitext2', '1,024'] and row[3] == '<=' and math.isfinite(float(row[2])) and peak < 3000
+    out, peak = peak_memory_run('sample.py', '--out_dir=out-real-mdm', '--num_samples=2', '--steps=64',
+                                '--device=cpu', cwd=workdir)
+    print(f'sample.py on the encoder, 1024 tokens in 64 steps: peak {peak:.0f} MB')
+    assert len(out.split('\n---------------\n')[:-1]) == 2 and peak < 3000
