@@ -389,17 +389,22 @@ def seed_iteration(iteration):
 def estimate_losses():
     """Mean EMA-weight loss on train and val (or val_dataset), left-to-right and any-order (random orders;
     the encoder's: its NELBO, equal to the any-order loss in expectation; its left-to-right loss is
-    estimated at one position per row)."""
+    estimated at one position per row); in a fixed-order run also in its own order ('fixed', which the
+    authors' ablation trainer records), read on the left-to-right batches."""
     generator = torch.Generator().manual_seed(seed)  # the same batches and orders every time
     out = {}
     for split in ('train', 'val'):
         for mode, name in (('l2r', 'l2r'), ('random', 'ao')):
-            losses = []
-            for inputs in eval_batches(split, mode, generator):
-                with ctx:
-                    _, loss = eval_model(*inputs)
-                losses.append(loss.item())
-            out[f'{split}_{name}'] = sum(losses) / len(losses)
+            losses = {}
+            for x, *rest in eval_batches(split, mode, generator):
+                readings = [(name, rest)]
+                if fixed_order is not None and mode == 'l2r':
+                    readings.append(('fixed', [fixed_order.to(device).expand_as(x)]))
+                for key, args in readings:
+                    with ctx:
+                        _, loss = eval_model(x, *args)
+                    losses.setdefault(key, []).append(loss.item())
+            out.update({f'{split}_{key}': sum(v) / len(v) for key, v in losses.items()})
     return out
 
 
@@ -470,7 +475,9 @@ while True:
     if master_process and (evaluate_now or eval_only):
         losses = estimate_losses()
         print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
-              f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}")
+              f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}" +
+              (f" | fixed order train {losses['train_fixed']:.4f} val {losses['val_fixed']:.4f}"
+               if 'val_fixed' in losses else ''))
         if eval_only:
             break
         for name, value in losses.items():

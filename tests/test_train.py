@@ -36,6 +36,7 @@ def test_loss_falls_and_everything_is_recorded(workdir, monkeypatch):
     assert [r['iter'] for r in records] == [0, 75, 150]
     for key in ('elapsed', 'lr', 'tokens_per_sec', 'train_l2r', 'val_l2r', 'train_ao', 'val_ao'):
         assert all(math.isfinite(r[key]) for r in records), key
+    assert 'val_fixed' not in records[0]  # a run in many orders has no fixed one
     first, last = records[0], records[-1]
     assert first['val_l2r'] > 4.0 and first['val_ao'] > 4.0  # ~log(65) at init
     assert last['val_l2r'] < first['val_l2r'] - 0.7 and last['val_ao'] < first['val_ao'] - 0.6
@@ -240,6 +241,24 @@ def test_order_file_is_the_fixed_order(workdir, tmp_path, suffix):
         other = write_order(tmp_path / 'other.txt', ' '.join(map(str, range(32))))
         assert 'is not the order' in one_line_error('train.py', *TINY, f'--out_dir={out_dir}', '--order=fixed_random',
                                                     f'--order_file={other}', '--init_from=resume', cwd=workdir)
+
+
+def test_metrics_record_the_loss_in_the_runs_fixed_order(workdir, tmp_path):
+    identity = write_order(tmp_path / 'identity.txt', ' '.join(map(str, range(32))))
+    train(workdir, 'out-fixed-identity', '--order=fixed_random', f'--order_file={identity}', '--max_iters=4',
+          '--eval_interval=2')
+    for r in metrics(workdir, 'out-fixed-identity'):  # read on the l2r batches: the identity order is l2r
+        assert r['train_fixed'] == r['train_l2r'] and r['val_fixed'] == r['val_l2r']
+    out = train(workdir, 'out-fixed-block', '--order=block_random', '--order_block=8', '--max_iters=4',
+                '--eval_interval=2')
+    assert 'fixed order train' in out.stdout
+    assert all(r['val_fixed'] != r['val_l2r'] for r in metrics(workdir, 'out-fixed-block'))
+
+
+def test_the_authors_orders_are_permutations_of_their_block():
+    for i in (1, 2, 3):
+        with open(os.path.join(ROOT, 'config', 'orders', f'authors_order{i}.txt')) as f:
+            assert sorted(int(v) for v in f.read().split()) == list(range(1024))
 
 
 @pytest.mark.parametrize('name,content,parts', [
