@@ -44,6 +44,7 @@ class GPTConfig:
     n_embd: int = 768
     cond_dim: int = 128  # width of the target-position embedding fed to adaLN
     target_init_std: float = 0.02  # init std of the target-position embedding (the authors': 0.02)
+    gate_init: float = 0.0  # initial bias of adaLN's gates (the authors': 0, every block nearly shut); sigma-GPT: none
     dropout: float = 0.0
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
@@ -142,6 +143,15 @@ class AdaLNBlock(Block):
         super().__init__(config, layer_idx)
         self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(config.cond_dim, 6 * config.n_embd))
 
+    def open_gates(self, value):
+        """Set the bias of both gates: with the authors' 0 a gate is the product of two small initial
+        weights (~0.002), a saddle that any-order training sits on at small scale; 1 starts the block
+        as a plain residual block."""
+        with torch.no_grad():
+            bias = self.adaLN[1].bias.view(6, -1)
+            bias[2].fill_(value)
+            bias[5].fill_(value)
+
     def forward(self, x, c, cache=None, attn_mask=None):
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN(c).chunk(6, dim=-1)
         x = torch.addcmul(x, gate1, self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask))
@@ -206,6 +216,9 @@ class Network(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith('c_proj.weight'):
                 self._init_normal(p, 0.02 / math.sqrt(2 * self.config.n_layer))
+        for block in self.transformer.h:
+            if isinstance(block, AdaLNBlock):
+                block.open_gates(self.config.gate_init)
 
     def _init_normal(self, weight, std):
         if self.config.recipe.truncated_init:

@@ -69,6 +69,7 @@ n_head = 12
 n_embd = 768
 cond_dim = 128
 target_init_std = 0.02  # init std of the target-position embedding (the authors'); see train_shakespeare_char.py
+gate_init = 0.0  # initial bias of adaLN's gates (the authors': 0); see train_shakespeare_char.py
 dropout = 0.0
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
@@ -256,11 +257,14 @@ ctx = autocast(device, dtype)
 # -----------------------------------------------------------------------------
 # model, optimizer, EMA
 
+INIT_ONLY = ('target_init_std', 'gate_init')
+
+
 def check_resumed_settings(config):
     """Fail if a model setting given in a config file or flag differs from the resumed checkpoint's:
-    the checkpoint's architecture is the one that goes on. target_init_std shapes only the initial
-    weights, which the resume replaces."""
-    names = [f.name for f in fields(GPTConfig) if f.name in overridden and f.name != 'target_init_std']
+    the checkpoint's architecture is the one that goes on. target_init_std and gate_init shape only the
+    initial weights, which the resume replaces."""
+    names = [f.name for f in fields(GPTConfig) if f.name in overridden and f.name not in INIT_ONLY]
     given = {k: overridden[k] for k in names}
     differ = [k for k, v in given.items() if v != getattr(config, k)]
     if differ:
@@ -272,7 +276,7 @@ def check_resumed_settings(config):
 
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_init_std=target_init_std,
-                  target_injection=target_injection, architecture=architecture)
+                  gate_init=gate_init, target_injection=target_injection, architecture=architecture)
 iter_num = 0
 resumed_at = None
 checkpoint = None

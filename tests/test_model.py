@@ -9,7 +9,7 @@ from conftest import tiny_model
 from fixtures.reference import load
 from checkpoints import load_checkpoint, reference_state_dict
 from engine import Engine, KVCache
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, build_model
 from training import make_ema, make_fixed_order, sample_orders
 
 
@@ -249,3 +249,35 @@ def test_target_init_std_scales_only_the_target_position_embedding(injection):
             assert 0.8 < large[name].std() < 1.2
         else:
             assert torch.equal(large[name], weight), name
+
+
+@pytest.mark.parametrize('kind', [dict(architecture='decoder'), dict(architecture='encoder'),
+                                  dict(target_injection='add')])
+def test_gate_init_sets_only_the_gate_biases(kind):
+    # no random draws: a run with another gate_init differs only in the adaLN biases of the two gates
+    # (sigma-GPT has none, so nothing at all)
+    def init(gate):
+        torch.manual_seed(0)
+        return build_model(GPTConfig(block_size=16, vocab_size=40, n_layer=2, n_head=2, n_embd=32, cond_dim=16,
+                                     gate_init=gate, **kind)).state_dict()
+    shut, open_ = init(0.0), init(1.0)
+    assert any(name.endswith('adaLN.1.bias') for name in shut) == ('target_injection' not in kind)
+    for name, weight in shut.items():
+        if name.endswith('adaLN.1.bias'):  # (shift1, scale1, gate1, shift2, scale2, gate2), 32 wide each
+            assert torch.equal(weight, torch.zeros(6 * 32))
+            assert torch.equal(open_[name], torch.tensor([0., 0., 1., 0., 0., 1.]).repeat_interleave(32)), name
+        else:
+            assert torch.equal(open_[name], weight), name
+
+
+def test_open_gates_start_each_block_as_a_plain_residual_block():
+    # with gate 1 and no condition, AdaLNBlock is x + attn(norm(x)), then + mlp(norm(.)): written out here
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=40, n_layer=1, n_head=2, n_embd=32, cond_dim=16, gate_init=1.0))
+    block = model.transformer.h[0]
+    with torch.no_grad():
+        block.adaLN[1].weight.zero_()
+    x, c = torch.randn(2, 5, 32), torch.randn(2, 5, 16)
+    h = x + block.attn(block.ln_1(x))
+    torch.testing.assert_close(block(x, c), h + block.mlp(block.ln_2(h)), rtol=0, atol=1e-6)
+

@@ -193,9 +193,9 @@ def test_resume_with_the_config_file_it_was_trained_with(workdir, tmp_path):
     config = tmp_path / 'tiny.py'
     config.write_text('n_layer = 1\nn_embd = 16\ncond_dim = 8\ndropout = 0.1\nmax_iters = 2\n')
     train(workdir, 'out-config', str(config), '--eval_interval=2')
-    # target_init_std shapes only the initial weights, which a resume replaces: not a mismatch
+    # target_init_std and gate_init shape only the initial weights, which a resume replaces: not a mismatch
     train(workdir, 'out-config', str(config), '--eval_interval=2', '--max_iters=4', '--init_from=resume',
-          '--target_init_std=1.0')
+          '--target_init_std=1.0', '--gate_init=1.0')
     assert load(workdir, 'out-config')['iter_num'] == 4
     says(one_line_error('train.py', *TINY, '--out_dir=out-config', str(config), '--n_layer=3', '--init_from=resume',
                         cwd=workdir), '--n_layer=3', 'n_layer=1')
