@@ -202,10 +202,11 @@ def read_metrics(folder):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def train_job(name, config, flags, folder):
-    """train.py for one run: done when its metrics reach max_iters, resumed when it left a checkpoint."""
+def train_job(name, config, flags, folder, record):
+    """train.py for one run: done when its metrics reach max_iters, resumed when it left a checkpoint.
+    record: write the run's command into its folder (not in a dry run)."""
     args = [os.path.join(ROOT, config), *(f'--{k}={v}' for k, v in flags.items()), f'--out_dir={folder}']
-    check_same_run(folder, args)
+    check_same_run(folder, args, record)
     records = read_metrics(folder)
     done = bool(records) and records[-1]['iter'] >= flags['max_iters']
     resume = os.path.exists(os.path.join(folder, 'ckpt.pt'))
@@ -214,7 +215,7 @@ def train_job(name, config, flags, folder):
                os.path.join(folder, 'train.log'), done)
 
 
-def check_same_run(folder, args):
+def check_same_run(folder, args, record):
     """A run folder holds one run: args.json says which; other settings there stop the script."""
     path = os.path.join(folder, 'args.json')
     if os.path.exists(path):
@@ -222,13 +223,13 @@ def check_same_run(folder, args):
             if json.load(f) != args:
                 fail(f'{folder} holds a run with other settings (see its args.json): delete it or use another '
                      f'--out_dir')
-    elif not dry_run:
+    elif record:
         os.makedirs(folder, exist_ok=True)
         with open(path, 'w') as f:
             json.dump(args, f)
 
 
-def script_job(name, script, flags, folder, out_json):
+def script_job(name, script, flags, out_json):
     """An evaluation script with --out_json: done when that file exists."""
     return Job(name, [os.path.join(ROOT, script), *(f'--{k}={v}' for k, v in flags.items()), f'--out_json={out_json}'],
                out_json.replace('.json', '.log'), os.path.exists(out_json))
@@ -242,14 +243,12 @@ def eval_jobs(findings, p, seed_list, runs_dir):
             for kind, extra in (('mixed', {}), ('encoder', dict(ensemble=1, encoder_l2r=False))):
                 folder = os.path.join(runs_dir, f'{kind}-s{s}')
                 flags = dict(out_dir=folder, dataset=p['dataset']) | p['eval'] | extra
-                jobs.append(script_job(f'eval {kind}-s{s}', 'eval_ppl.py', flags, folder,
-                                       os.path.join(folder, 'eval.json')))
+                jobs.append(script_job(f'eval {kind}-s{s}', 'eval_ppl.py', flags, os.path.join(folder, 'eval.json')))
     if '6' in findings:
         folder = os.path.join(runs_dir, f'mixed-s{seed_list[0]}')
         scorer = os.path.join(runs_dir, 'l2r', 'ckpt.pt') if p['scorer'] == 'l2r' else p['scorer']
         flags = dict(out_dir=folder, scorer=scorer, samples_out=os.path.join(folder, 'samples.jsonl')) | p['gen']
-        jobs.append(script_job(f'gen-ppl mixed-s{seed_list[0]}', 'gen_ppl.py', flags, folder,
-                               os.path.join(folder, 'gen.json')))
+        jobs.append(script_job(f'gen-ppl mixed-s{seed_list[0]}', 'gen_ppl.py', flags, os.path.join(folder, 'gen.json')))
     return jobs
 
 
@@ -463,36 +462,45 @@ def finding_4(m):
 
 
 def finding_6(m, timing, gen):
+    time_figure, time_claim = generation_time(m, timing)
+    quality_figure, quality_claim = sample_quality(m, gen['results'])
+    return [time_figure, quality_figure], [time_claim, quality_claim]
+
+
+def generation_time(m, timing):
     steps, seconds = timing['steps'], timing['seconds']
     ao, encoder = seconds['AO-GPT (KV cache)'], seconds['encoder MDM']
-    time_fig = m.figure('fig4_generation_time.png', 'Generation time against steps (Fig. 4)', 'steps',
-                        f"seconds for {timing['batch_size']} samples",
-                        [(label, steps, [[t] for t in times]) for label, times in seconds.items()], logx=True)
-    rows = gen['results']
-    settings = list(dict.fromkeys((r['temperature'], r['top_p']) for r in rows))
-    quality_fig = m.figure('fig7_sample_quality.png', 'Sample quality against steps (Table 2)', 'steps',
-                           'gen PPL (AO-GPT samples)',
-                           [(f'temperature {t}, top_p {p}', [r['steps'] for r in rows if (r['temperature'], r['top_p']) == (t, p)],
-                             [[r['gen_ppl']] for r in rows if (r['temperature'], r['top_p']) == (t, p)])
-                            for t, p in settings], logx=True, logy=True)
-    first = [r for r in rows if (r['temperature'], r['top_p']) == settings[0]]
-    few, most = first[0], first[-1]
+    fig = m.figure('fig4_generation_time.png', 'Generation time against steps (Fig. 4)', 'steps',
+                   f"seconds for {timing['batch_size']} samples",
+                   [(label, steps, [[t] for t in times]) for label, times in seconds.items()], logx=True)
+    grows_faster = encoder[-1] / encoder[0] > ao[-1] / ao[0]
+    numbers = {f'seconds at {n} steps, AO-GPT / encoder': f'{a:.3g} / {e:.3g}' for n, a, e in zip(steps, ao, encoder)}
+    return fig, claim('With its KV cache AO-GPT\'s generation time grows more slowly with the number of steps than '
+                      'the encoder\'s (a full forward per step), and is the faster at one token per step.',
+                      numbers | {'encoder / AO-GPT at the most steps': encoder[-1] / ao[-1]},
+                      'holds if the encoder is slower at the most steps and its time grows by a larger factor from '
+                      'the fewest to the most steps, else does not hold',
+                      'holds' if encoder[-1] > ao[-1] and grows_faster else 'does not hold')
+
+
+def sample_quality(m, rows):
+    """gen_ppl.py's grid: a line of gen PPL against steps per sampling setting; the claim on the first setting."""
+    by_setting = {}
+    for r in rows:
+        by_setting.setdefault((r['temperature'], r['top_p']), []).append(r)
+    fig = m.figure('fig7_sample_quality.png', 'Sample quality against steps (Table 2)', 'steps',
+                   'gen PPL (AO-GPT samples)',
+                   [(f'temperature {t}, top_p {p}', [r['steps'] for r in group], [[r['gen_ppl']] for r in group])
+                    for (t, p), group in by_setting.items()], logx=True, logy=True)
+    (t, p), group = next(iter(by_setting.items()))
+    few, most = group[0], group[-1]
     se = lambda r: r['gen_ppl_std'] / math.sqrt(r['n'])
-    grows = encoder[-1] / encoder[0] > ao[-1] / ao[0]
     table = {f"steps {r['steps']}, temperature {r['temperature']}, top_p {r['top_p']}":
              f"gen PPL {r['gen_ppl']:.2f} ± {r['gen_ppl_std']:.2f}, entropy {r['entropy']:.3f}" for r in rows}
-    return [time_fig, quality_fig], [
-        claim('With its KV cache AO-GPT\'s generation time grows more slowly with the number of steps than the '
-              'encoder\'s (a full forward per step), and is the faster at one token per step.',
-              {**{f'seconds at {n} steps, AO-GPT / encoder': f'{a:.3g} / {e:.3g}' for n, a, e in zip(steps, ao, encoder)},
-               'encoder / AO-GPT at the most steps': encoder[-1] / ao[-1]},
-              'holds if the encoder is slower at the most steps and its time grows by a larger factor from '
-                   'the fewest to the most steps, else does not hold',
-              'holds' if encoder[-1] > ao[-1] and grows else 'does not hold'),
-        by_margin(f"More steps give better samples: lower gen PPL at the most steps ({most['steps']}) than at the fewest "
-              f"({few['steps']}), at temperature {settings[0][0]}, top_p {settings[0][1]}.",
-              table, few['gen_ppl'] - most['gen_ppl'], se(few) + se(most),
-              RULE + '; the margin here is the sum of the two gen PPLs\' standard errors over samples')]
+    return fig, by_margin(f"More steps give better samples: lower gen PPL at the most steps ({most['steps']}) than at "
+                          f"the fewest ({few['steps']}), at temperature {t}, top_p {p}.",
+                          table, few['gen_ppl'] - most['gen_ppl'], se(few) + se(most),
+                          RULE + '; the margin here is the sum of the two gen PPLs\' standard errors over samples')
 
 
 def finding_8(m):
@@ -537,7 +545,7 @@ def main():
     runs_dir = os.path.join(out, 'runs')
     needed = [name for f in findings for name in runs_of(f, p, seed_list)]
     runs = all_runs(p, seed_list)
-    train = [train_job(name, *runs[name], os.path.join(runs_dir, name)) for name in dict.fromkeys(needed)]
+    train = [train_job(name, *runs[name], os.path.join(runs_dir, name), not dry_run) for name in dict.fromkeys(needed)]
     if dry_run:
         for job in train + eval_jobs(findings, p, seed_list, runs_dir):
             print(f"{job.name} [{'done' if job.done else 'to run'}]: python {' '.join(job.argv)}")
