@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from checkpoints import load_checkpoint
-from common import autocast, default_device, default_dtype
+from common import autocast, default_device, default_dtype, read_jsonl
 from configurator import at_least, check_settings, configure, fail, one_of
 from engine import generate
 from report import line_figure, spread, write_results
@@ -195,11 +195,9 @@ def runs_of(finding, p, seed_list):
 # jobs: training, then evaluations, each a subprocess of one of the scripts
 
 def read_metrics(folder):
+    """A run's metrics.jsonl records, [] before its first evaluation."""
     path = os.path.join(folder, 'metrics.jsonl')
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [r for _, r in read_jsonl(path, "one evaluation's losses")] if os.path.exists(path) else []
 
 
 def train_job(name, config, flags, folder, record):
@@ -428,8 +426,7 @@ def finding_3(m):
 
 def read_eval(runs_dir, name):
     """The perplexities of eval_ppl.py's one dataset for a run."""
-    with open(os.path.join(runs_dir, name, 'eval.json')) as f:
-        return next(iter(json.load(f)['results'].values()))['ppl']
+    return next(iter(read_json(os.path.join(runs_dir, name, 'eval.json'))['results'].values()))['ppl']
 
 
 def finding_4(m):

@@ -396,15 +396,16 @@ def estimate_losses():
     estimated at one position per row); in a fixed-order run also in its own order ('fixed', which the
     authors' ablation trainer records), read on the left-to-right batches."""
     generator = torch.Generator().manual_seed(seed)  # the same batches and orders every time
+    fixed = None if fixed_order is None else fixed_order.to(device)
     out = {}
     for split in ('train', 'val'):
         for mode, name in (('l2r', 'l2r'), ('random', 'ao')):
             losses = {}
             for x, *rest in eval_batches(split, mode, generator):
-                readings = [(name, rest)]
-                if fixed_order is not None and mode == 'l2r':
-                    readings.append(('fixed', [fixed_order.to(device).expand_as(x)]))
-                for key, args in readings:
+                readings = {name: rest}
+                if fixed is not None and mode == 'l2r':
+                    readings['fixed'] = [fixed.expand_as(x)]
+                for key, args in readings.items():
                     with ctx:
                         _, loss = eval_model(x, *args)
                     losses.setdefault(key, []).append(loss.item())
