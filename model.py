@@ -21,7 +21,8 @@ from AO-GPT's blocks: full attention over the tokens in their own positions, a [
 place of each unknown one, no target position and no time (MDLM's design, Sahoo et al. 2024).
 Its output at a masked position is a distribution over the vocabulary, [MASK] excluded; it is
 trained on the NELBO of the log-linear masking schedule, which in expectation is the any-order
-loss (the paper's Remark 1).
+loss (the paper's Remark 1). Its positions are AO-GPT's learned embeddings added to the input, or
+(position_encoding='rotary') rotary embeddings of queries and keys in every attention layer, as MDLM's.
 
 References: Xue et al., "Any-Order GPT as Masked Diffusion Model: Decoupling Formulation and
 Architecture" (arXiv 2506.19935); Pannatier et al., "sigma-GPTs" (arXiv 2404.09562); Karpathy's
@@ -49,6 +50,7 @@ class GPTConfig:
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
     architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
+    position_encoding: str = 'learned'  # 'learned' (absolute, added to the input) or 'rotary' (RoPE, the encoder only)
 
     def __post_init__(self):
         if self.target_injection not in RECIPES:
@@ -59,6 +61,14 @@ class GPTConfig:
             raise ValueError("the encoder is built from AO-GPT's adaLN blocks: target_injection must be 'adaln'")
         if self.n_embd % self.n_head:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
+        if self.position_encoding not in POSITION_ENCODINGS:
+            raise ValueError(f'position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}')
+        if self.position_encoding == 'rotary' and self.architecture != 'encoder':
+            raise ValueError("position_encoding='rotary' needs architecture='encoder': the decoder reads its slots "
+                             "in a permuted order, so a slot's place is not its token's position")
+        if self.position_encoding == 'rotary' and self.n_embd // self.n_head % 2:
+            raise ValueError(f"position_encoding='rotary' turns pairs of channels: the head size n_embd / n_head "
+                             f"({self.n_embd // self.n_head}) must be even")
 
     @property
     def recipe(self):
@@ -79,6 +89,24 @@ def modulate(x, shift, scale):
     return torch.addcmul(shift, x, 1 + scale)
 
 
+class Rotary(nn.Module):
+    """Rotary position embedding (RoPE; Su et al. 2021) of queries or keys (B, nh, T, hs) at positions
+    0..T-1, in the rotate-half form of GPT-NeoX and LLaMA: channels i and i + hs/2 turn together by the
+    angle position * 10000^(-2i/hs). cos and sin are float32 tables, cast to the input's dtype."""
+
+    def __init__(self, head_size, block_size, base=10000):
+        super().__init__()
+        inv_freq = base ** -(torch.arange(0, head_size, 2, dtype=torch.float32) / head_size)
+        angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq).repeat(1, 2)  # (T, hs)
+        self.register_buffer('cos', angles.cos(), persistent=False)  # not in state dicts: made from the config
+        self.register_buffer('sin', angles.sin(), persistent=False)
+
+    def forward(self, x):
+        T = x.size(-2)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * self.cos[:T].to(x.dtype) + torch.cat((-x2, x1), dim=-1) * self.sin[:T].to(x.dtype)
+
+
 class SelfAttention(nn.Module):
     """Causal for a decoder (each slot sees the slots before it), full for the encoder."""
 
@@ -93,6 +121,7 @@ class SelfAttention(nn.Module):
         recipe = config.recipe
         self.q_norm = RMSNorm(head_size) if recipe.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(head_size) if recipe.qk_norm else nn.Identity()
+        self.rotary = Rotary(head_size, config.block_size) if config.position_encoding == 'rotary' else nn.Identity()
         self.attn_dropout = config.dropout if recipe.attn_dropout else 0.0
         self.resid_dropout = nn.Dropout(config.dropout)
 
@@ -100,6 +129,7 @@ class SelfAttention(nn.Module):
         B, S, C = x.size()
         q, k, v = self.c_attn(x).view(B, S, 3, self.n_head, C // self.n_head).unbind(2)
         q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
+        q, k = self.rotary(q), self.rotary(k)  # after QK-norm, as MDLM's rotary DiT
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
@@ -194,6 +224,7 @@ RECIPES = {
 }
 TARGET_INJECTIONS = tuple(RECIPES)
 ARCHITECTURES = ('decoder', 'encoder')
+POSITION_ENCODINGS = ('learned', 'rotary')
 
 
 def build_model(config):
@@ -323,15 +354,18 @@ class MDM(Network):
     positions. The adaLN blocks and the final layer get one learned condition for every position (no
     target, no time), so the network is AO-GPT's apart from the target-position embedding. The head
     has vocab_size outputs: [MASK] is never predicted, and only the masked positions are scored.
+    Positions are a learned table wpe added to the input, or with position_encoding='rotary' no table
+    and RoPE on the queries and keys of every layer (Rotary).
     """
 
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.mask_id = config.vocab_size
+        learned = config.position_encoding == 'learned'
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size + 1, config.n_embd),  # the last row is [MASK]
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            **(dict(wpe=nn.Embedding(config.block_size, config.n_embd)) if learned else {}),  # rotary: in attention
             wcond=nn.Embedding(1, config.cond_dim),  # adaLN's one condition
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([AdaLNBlock(config, i) for i in range(config.n_layer)]),
@@ -360,7 +394,10 @@ class MDM(Network):
         if T > self.config.block_size:
             raise ValueError(f'sequence of length {T} is longer than block_size {self.config.block_size}')
         wt = self.transformer
-        h = wt.drop(wt.wte(z) + wt.wpe(torch.arange(T, device=z.device)))
+        h = wt.wte(z)
+        if self.config.position_encoding == 'learned':
+            h = h + wt.wpe(torch.arange(T, device=z.device))
+        h = wt.drop(h)
         c = wt.wcond.weight.expand(B, T, -1)
         for block in wt.h:
             h = block(h, c)

@@ -34,7 +34,7 @@ from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
 from common import (autocast, check_device, check_vocab, dataset_vocab, default_device, default_dtype, find_checkpoint,
                     read_checkpoint)
 from configurator import above, at_least, between, check_settings, configure, fail, one_of, setting_keys
-from model import ARCHITECTURES, GPTConfig, TARGET_INJECTIONS, build_model
+from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from training import ORDER_MODES, l2r_cuts, make_ema, make_fixed_order, sample_masks, sample_orders
 
 # -----------------------------------------------------------------------------
@@ -74,6 +74,7 @@ dropout = 0.0
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
 architecture = 'decoder'  # 'decoder' (the above) or 'encoder' (the masked diffusion model, trained on its NELBO)
+position_encoding = 'learned'  # the encoder: 'learned' (absolute, AO-GPT's) or 'rotary' (RoPE in attention, as MDLM)
 mask_eps = 1e-3  # encoder: the masking levels t are drawn from [mask_eps, 1), as MDLM
 # AdamW
 learning_rate = 6e-4
@@ -111,7 +112,8 @@ check_settings(globals(), {
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
     'target_init_std': above(0),
     'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
-    'architecture': one_of(*ARCHITECTURES), 'mask_eps': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'architecture': one_of(*ARCHITECTURES), 'position_encoding': one_of(*POSITION_ENCODINGS),
+    'mask_eps': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'val_dataset': (lambda v: v in ('', *VAL_SETS), f"'' (the dataset's val.bin) or one of {', '.join(VAL_SETS)}"),
 })
 if decay_lr and lr_decay_iters <= warmup_iters:
@@ -276,7 +278,8 @@ def check_resumed_settings(config):
 
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_init_std=target_init_std,
-                  gate_init=gate_init, target_injection=target_injection, architecture=architecture)
+                  gate_init=gate_init, target_injection=target_injection, architecture=architecture,
+                  position_encoding=position_encoding)
 iter_num = 0
 resumed_at = None
 checkpoint = None

@@ -1,11 +1,14 @@
 """The encoder-only MDM against independent computations: the exact NELBO by enumerating every unmasked
-subset, the any-order loss over every order (Remark 1), an explicit-loop forward, full attention."""
+subset, the any-order loss over every order (Remark 1), an explicit-loop forward, full attention; and its
+rotary position encoding: the loop forward with 2x2 rotations, relative scores, state dicts, train.py."""
 import math
 
 import pytest
 import torch
 
-from conftest import N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given, tiny_mdm
+import conftest
+from conftest import (N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given,
+                      one_line_error, run_script, says, tiny_mdm)
 from model import GPTConfig, MDM
 from training import l2r_cuts, sample_masks
 
@@ -49,15 +52,28 @@ def test_l2r_cuts_are_unbiased_for_the_l2r_loss(model):
     assert abs(mean - exact_l2r(model, x)) < 4 * error
 
 
+def rotate(v, position):
+    """RoPE of one head's query or key v (hs,) at `position`: the pair of channels (i, i + hs/2) turned by
+    the 2x2 rotation matrix of angle position * 10000^(-2i/hs)."""
+    hs, out = len(v), v.clone()
+    for i in range(hs // 2):
+        a = position * 10000 ** (-2 * i / hs)
+        turn = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=v.dtype)
+        out[[i, i + hs // 2]] = turn @ v[[i, i + hs // 2]]
+    return out
+
+
 def slow_forward(model, z):
     """MDM's logits for one row z, written out with explicit loops over heads and positions."""
     p, cfg = model.state_dict(), model.config
     T, C, nh = len(z), cfg.n_embd, cfg.n_head
     hs = C // nh
+    rotary = cfg.position_encoding == 'rotary'  # no wpe: queries and keys turned by their position
     rms = lambda v, w: v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * w
     lin = lambda v, name: v @ p[name + '.weight'].T + p[name + '.bias']
     gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
-    h = torch.stack([p['transformer.wte.weight'][z[i]] + p['transformer.wpe.weight'][i] for i in range(T)])
+    h = torch.stack([p['transformer.wte.weight'][z[i]] + (0 if rotary else p['transformer.wpe.weight'][i])
+                     for i in range(T)])
     cond = p['transformer.wcond.weight'][0]
     silu_c = cond * torch.sigmoid(cond)
     for layer in range(cfg.n_layer):
@@ -69,6 +85,8 @@ def slow_forward(model, z):
             q = rms(qkv[:, head * hs:(head + 1) * hs], p[pre + 'attn.q_norm.weight'])
             k = rms(qkv[:, C + head * hs:C + (head + 1) * hs], p[pre + 'attn.k_norm.weight'])
             v = qkv[:, 2 * C + head * hs:2 * C + (head + 1) * hs]
+            if rotary:  # after the QK-norm
+                q, k = (torch.stack([rotate(u[i], i) for i in range(T)]) for u in (q, k))
             for i in range(T):  # every position sees every position
                 w = torch.softmax(torch.stack([q[i] @ k[j] / math.sqrt(hs) for j in range(T)]), 0)
                 out[i, head * hs:(head + 1) * hs] = sum(w[j] * v[j] for j in range(T))
@@ -80,13 +98,16 @@ def slow_forward(model, z):
 
 
 @torch.no_grad()
-def test_forward_matches_slow_forward():
-    model = tiny_mdm(block_size=8, vocab_size=7)
+@pytest.mark.parametrize('position_encoding', ['learned', 'rotary'])
+def test_forward_matches_slow_forward(position_encoding):
+    model = tiny_mdm(block_size=8, vocab_size=7, position_encoding=position_encoding)
     z = torch.tensor([[7, 1, 2, 7, 7, 6, 0, 7], [3, 7, 7, 7, 7, 7, 7, 5]])  # 7 is [MASK]
     logits = model.forward_masked(z)
     assert logits.shape == (2, 8, 7)  # no output for [MASK]
     for b in range(2):
         torch.testing.assert_close(logits[b], slow_forward(model, z[b]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.forward_masked(z[b:b + 1, :5])[0], slow_forward(model, z[b, :5]), atol=1e-5,
+                                   rtol=0)  # shorter than block_size: positions 0..4
     positions = torch.tensor([[3, 0], [1, 7]])
     torch.testing.assert_close(model.forward_masked(z, positions), logits.gather(1, positions[..., None].expand(-1, -1, 7)))
 
@@ -115,3 +136,113 @@ def test_parameters_match_ao_gpt_but_the_target_embedding():
     # AO-GPT: the target-position table (64 x 64), the start token and its position (2 x 128);
     # the encoder: its one condition (64) and [MASK] (128)
     assert ao_gpt.get_num_params() - mdm.get_num_params() == 64 * 64 + 2 * 128 - 64 - 128
+
+
+@torch.no_grad()
+def test_rotary_scores_depend_only_on_relative_position():
+    rotary = tiny_mdm(block_size=N + 3, position_encoding='rotary').transformer.h[0].attn.rotary
+    q, k = torch.randn(2, 1, 1, 1, 8).expand(-1, -1, -1, N, -1)  # one query and one key vector, at positions 0..N-1
+    scores = rotary(q) @ rotary(k).mT  # (1, 1, N, N)
+    for offset in range(-N + 1, N):  # equal along each diagonal i - j, different across them
+        diagonal = scores[0, 0].diagonal(offset)
+        torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal))
+    assert scores[0, 0, 0].unique().numel() == N
+    # shifted by 3 positions (inside a longer sequence), random queries and keys keep their scores
+    q, k = torch.randn(2, 1, 2, N, 8)
+    shifted = [rotary(torch.cat([torch.randn(1, 2, 3, 8), u], 2))[:, :, 3:] for u in (q, k)]
+    torch.testing.assert_close(shifted[0] @ shifted[1].mT, rotary(q) @ rotary(k).mT)
+
+
+@torch.no_grad()
+def test_rotary_is_the_encoders_only_position(monkeypatch):
+    # permuting the tokens permutes the outputs of a model with no position at all, but not with RoPE
+    model = tiny_mdm(position_encoding='rotary')
+    z = torch.tensor([[1, model.mask_id, 2, model.mask_id, 0]])
+    permutation = torch.tensor([3, 0, 4, 1, 2])
+    assert not torch.allclose(model.forward_masked(z[:, permutation]), model.forward_masked(z)[:, permutation],
+                              atol=1e-3)
+    for block in model.transformer.h:
+        monkeypatch.setattr(block.attn, 'rotary', torch.nn.Identity())
+    torch.testing.assert_close(model.forward_masked(z[:, permutation]), model.forward_masked(z)[:, permutation])
+
+
+def test_state_dicts_and_old_checkpoints(tmp_path):
+    from checkpoints import load_checkpoint
+    args = dict(block_size=N, vocab_size=V, n_layer=1, n_head=2, n_embd=16, cond_dim=8, architecture='encoder')
+    learned, rotary = MDM(GPTConfig(**args)), MDM(GPTConfig(**args, position_encoding='rotary'))
+    block = ['ln_1.weight', 'attn.c_attn.weight', 'attn.c_attn.bias', 'attn.c_proj.weight', 'attn.c_proj.bias',
+             'attn.q_norm.weight', 'attn.k_norm.weight', 'ln_2.weight', 'mlp.c_fc.weight', 'mlp.c_fc.bias',
+             'mlp.c_proj.weight', 'mlp.c_proj.bias', 'adaLN.1.weight', 'adaLN.1.bias']
+    keys = ['transformer.wte.weight', 'transformer.wpe.weight', 'transformer.wcond.weight',
+            *[f'transformer.h.0.{name}' for name in block], 'transformer.final_layer.ln_f.weight',
+            'transformer.final_layer.adaLN_final.1.weight', 'transformer.final_layer.adaLN_final.1.bias',
+            'lm_head.weight', 'lm_head.bias']
+    assert list(learned.state_dict()) == keys  # as before the option: the cos/sin tables are not saved
+    assert list(rotary.state_dict()) == [k for k in keys if k != 'transformer.wpe.weight']
+    assert learned.get_num_params() - rotary.get_num_params() == N * 16
+    # a checkpoint from before the option (no position_encoding in model_args) is a learned one
+    model = tiny_mdm(n_layer=1)
+    torch.save({'model': model.state_dict(), 'model_args': args}, tmp_path / 'old.pt')
+    loaded, _ = load_checkpoint(tmp_path / 'old.pt')
+    z = torch.tensor([[1, V, 2, V, 0]])
+    assert loaded.config.position_encoding == 'learned'
+    torch.testing.assert_close(loaded.forward_masked(z), model.forward_masked(z))
+    model = tiny_mdm(n_layer=1, position_encoding='rotary')
+    torch.save({'model': model.state_dict(), 'model_args': args | dict(position_encoding='rotary')}, tmp_path / 'r.pt')
+    loaded, _ = load_checkpoint(tmp_path / 'r.pt')  # the tables are made again from the config
+    torch.testing.assert_close(loaded.forward_masked(z), model.forward_masked(z))
+
+
+@pytest.mark.parametrize('args,parts', [
+    (dict(position_encoding='alibi'), ["('learned', 'rotary')", "'alibi'"]),
+    (dict(position_encoding='rotary', architecture='decoder'), ["architecture='encoder'", 'permuted order']),
+    (dict(position_encoding='rotary', n_embd=12, n_head=4), ['head size', '(3)', 'even']),
+])
+def test_bad_position_encoding(args, parts):
+    with pytest.raises(ValueError) as error:
+        GPTConfig(**dict(architecture='encoder', n_embd=16, n_head=2) | args)
+    says(str(error.value), *parts)
+
+
+@pytest.mark.filterwarnings('ignore:Mismatch dtype between input and weight')  # RMSNorm's fp32 weight
+def test_rotary_bf16_autocast():
+    model = tiny_mdm(position_encoding='rotary')
+    x = torch.tensor([[3, 0, 4, 4, 1]])
+    mask = torch.tensor([[True, False, True, True, False]])
+    with torch.no_grad():
+        reference = model.forward_masked(torch.where(mask, model.mask_id, x))
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        logits, loss = model(x, mask, torch.full((1, N), 2.0))
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.float(), reference, atol=0.1, rtol=0.05)  # bf16 rounding, not another model
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_train_rotary_encoder_and_resume_exactly(workdir):
+    def train(out_dir, *args):
+        return run_script('train.py', '--dataset=shakespeare_char', *conftest.TINY, '--architecture=encoder',
+                          '--position_encoding=rotary', '--eval_interval=4', '--lr_decay_iters=8',
+                          '--learning_rate=3e-3', f'--out_dir={out_dir}', *args, cwd=workdir)
+    train('out-rope-straight', '--max_iters=8')
+    train('out-rope-halves', '--max_iters=4')
+    train('out-rope-halves', '--max_iters=8', '--init_from=resume')
+    a, b = (torch.load(workdir / f'out-rope-{run}' / 'ckpt.pt', weights_only=True) for run in ('straight', 'halves'))
+    assert a['iter_num'] == b['iter_num'] == 8 and a['model_args']['position_encoding'] == 'rotary'
+    assert 'transformer.wpe.weight' not in a['model']
+    for part in ('model', 'ema'):
+        for name, tensor in a[part].items():
+            assert torch.equal(tensor, b[part][name]), f'{part} {name}'
+    says(one_line_error('train.py', '--dataset=shakespeare_char', *conftest.TINY, '--out_dir=out-rope-halves',
+                        '--init_from=resume', '--position_encoding=learned', cwd=workdir),
+         '--position_encoding=learned', "checkpoint's position_encoding=rotary", 'start a new out_dir')
+
+
+@pytest.mark.parametrize('args,parts', [
+    (['--position_encoding=rotary'], ['rotary', "architecture='encoder'", 'permuted order']),  # the decoder
+    (['--architecture=encoder', '--position_encoding=alibi'], ['--position_encoding', 'learned, rotary']),
+    (['--architecture=encoder', '--position_encoding=rotary', '--n_embd=30'], ['head size', '(15)', 'even']),
+])
+def test_train_bad_position_encoding_is_one_line(workdir, args, parts):
+    says(one_line_error('train.py', '--dataset=shakespeare_char', *conftest.TINY, '--out_dir=out-rope-bad', *args,
+                        cwd=workdir), *parts)
