@@ -43,6 +43,9 @@ masked: n forwards per chunk, O(n^2) work (--encoder_l2r=False skips it). Its an
 the NELBO bound exp(NELBO) ± its standard error: each chunk's NELBO estimated without bias from
 --mc_samples masks at stratified levels (in --dtype), the s.e. over chunks by the delta method.
 
+--out_json also keeps, as chunk_nll, each chunk's mean -log p per token (nats) in every column of ppl
+(an encoder's: 'l2r' and 'nelbo', its NELBO estimate), for paired comparisons over the same chunks.
+
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
 OpenAI's URL; openwebtext and shakespeare_char from data/<name>/val.bin; --data_file=path for a
 .txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
@@ -66,7 +69,7 @@ from common import (DTYPES, autocast, check_device, default_device, find_checkpo
                     print_table, read_checkpoint)
 from configurator import at_least, check_settings, configure, fail, one_of
 from engine import compile_forward
-from scoring import (encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, nelbo_bound, nelbo_estimates,
+from scoring import (chunk_nlls, encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, nelbo_bound, nelbo_estimates,
                      perplexities, perplexity, score_chunks)
 
 # -----------------------------------------------------------------------------
@@ -175,14 +178,14 @@ def main():
         t0 = time.time()
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
-            ppl, tokens = {'l2r': perplexity(l2r)}, l2r.numel()
+            ppl, nlls, tokens = {'l2r': perplexity(l2r)}, chunk_nlls(l2r, None, len(chunks)), l2r.numel()
         elif encoder:
-            ppl, tokens = encoder_perplexities(model, chunks, name, l2r_ctx), chunks.numel()
+            (ppl, nlls), tokens = encoder_perplexities(model, chunks, name, l2r_ctx), chunks.numel()
         else:
             l2r, members = score_chunks(model, chunks, ensemble, max_tokens, seed, autocast(device, dtype), name, l2r_ctx)
-            ppl, tokens = perplexities(l2r, members), l2r.numel()
+            ppl, nlls, tokens = perplexities(l2r, members), chunk_nlls(l2r, members, len(chunks)), l2r.numel()
         results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=tokens, ppl=ppl,
-                             seconds=round(time.time() - t0, 2))
+                             chunk_nll=nlls, seconds=round(time.time() - t0, 2))
     report(results, ensemble)
     if out_json:
         with open(out_json, 'w') as f:
@@ -204,12 +207,13 @@ def describe_encoder_passes(precision, n):
 
 
 def encoder_perplexities(model, chunks, name, l2r_ctx):
-    """An encoder's ppl of one set: its NELBO bound and the bound's s.e., and its exact l2r unless skipped."""
-    ppl = {'l2r': perplexity(encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{name} l2r'))} \
-        if encoder_l2r else {}
+    """An encoder's ppl of one set (its NELBO bound and the bound's s.e., its exact l2r unless skipped) and
+    its chunk_nll (each chunk's l2r NLL and NELBO estimate, per token)."""
+    l2r = encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{name} l2r') if encoder_l2r else None
     estimates = nelbo_estimates(model, chunks, mc_samples, max_tokens, seed, autocast(device, dtype), f'{name} NELBO')
     bound, se = nelbo_bound(estimates)
-    return ppl | {'nelbo_bound': bound, 'nelbo_bound_se': se}
+    ppl = ({} if l2r is None else {'l2r': perplexity(l2r)}) | {'nelbo_bound': bound, 'nelbo_bound_se': se}
+    return ppl, chunk_nlls(l2r, None, len(chunks)) | {'nelbo': estimates.tolist()}
 
 
 def report(results, ensemble):

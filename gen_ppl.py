@@ -25,7 +25,9 @@ token but the first of the sample is scored, with no BOS; prompt tokens are not 
 Per grid point: gen PPL, the mean and (population) std over samples of exp(mean token NLL of the
 sample) as the authors report it; pooled PPL, exp(mean NLL over all the scored tokens); entropy,
 the mean over samples of the unigram entropy of their generated tokens (nats; repetitive text has
-a low entropy and a flattering gen PPL); seconds of sampling per sample. --out_json saves them.
+a low entropy and a flattering gen PPL); seconds of sampling per sample. --out_json saves them, and
+each sample's mean token NLL and entropy (sample_nll, sample_entropy, in the order of the samples
+file) for paired comparisons over samples.
 """
 import collections
 import json

@@ -140,12 +140,25 @@ def perplexity(logprobs):
     return math.exp(-logprobs.mean().item())
 
 
+def mixture_logprobs(members, m):
+    """Per token, the log of the mean over the first m members of their probabilities: the M=m ensemble."""
+    return members[:m].logsumexp(0) - math.log(m)
+
+
 def perplexities(l2r, members):
     ppl = {'l2r': perplexity(l2r)}
     for m in ensemble_sizes(members.size(0)):
-        p_ens = members[:m].logsumexp(0) - math.log(m)
-        ppl[m] = math.exp(-p_ens.mean().item())
+        ppl[m] = perplexity(mixture_logprobs(members, m))
     return ppl
+
+
+def chunk_nlls(l2r, members, n_chunks):
+    """Each chunk's mean -log p per token (nats) in the columns of perplexities, as lists ('l2r', 1, 2, ...; l2r
+    or members None leaves theirs out): kept for paired comparisons over chunks. The chunks are of equal
+    length, so the exp of a column's mean is its perplexity."""
+    columns = ({} if l2r is None else {'l2r': l2r}) | \
+        ({} if members is None else {m: mixture_logprobs(members, m) for m in ensemble_sizes(members.size(0))})
+    return {k: (-v.double().view(n_chunks, -1).mean(1)).tolist() for k, v in columns.items()}
 
 
 # -----------------------------------------------------------------------------
@@ -295,9 +308,12 @@ def unigram_entropy(tokens):
 
 
 def summarize(records, nlls):
-    """The row of one grid point: gen PPL (mean, population std), pooled PPL, entropy, time."""
-    ppl = torch.stack([nll.double().mean().exp() for nll in nlls])
+    """The row of one grid point: gen PPL (mean, population std), pooled PPL, entropy, time; and each sample's
+    mean NLL and entropy, in the order of the records, for paired comparisons over samples."""
+    sample_nll = torch.stack([nll.double().mean() for nll in nlls])
+    ppl = sample_nll.exp()
+    entropy = [unigram_entropy(torch.tensor(r['tokens'])[generated(r)]) for r in records]
     return dict(n=len(records), gen_ppl=ppl.mean().item(), gen_ppl_std=ppl.std(correction=0).item(),
-                pooled_ppl=math.exp(torch.cat(nlls).double().mean().item()),
-                entropy=sum(unigram_entropy(torch.tensor(r['tokens'])[generated(r)]) for r in records) / len(records),
-                seconds_per_sample=sum(r['seconds'] for r in records) / len(records))
+                pooled_ppl=math.exp(torch.cat(nlls).double().mean().item()), entropy=sum(entropy) / len(records),
+                seconds_per_sample=sum(r['seconds'] for r in records) / len(records),
+                sample_nll=sample_nll.tolist(), sample_entropy=entropy)

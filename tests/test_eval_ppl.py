@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 import eval_ppl as script
 from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
                         paper_chunks, ptb_detokenize, wikitext_detokenize)
+from common import read_checkpoint
 from conftest import ROOT, needs, one_line_error, peak_memory_run, run_script, says
 from scoring import ensemble_logprobs, ensemble_sizes, random_context_orders, score_chunks
 from fixtures.reference import chunk_digests, eval_chunks
@@ -157,6 +159,30 @@ def test_cli_char_level(workdir, char_ckpt):
     ppl = result['results']['shakespeare_char']['ppl']
     assert set(ppl) == {'l2r', '1', '2', '4'}
     assert all(1 < v < 65 for v in ppl.values())
+    check_chunk_nlls(workdir, char_ckpt, result['results']['shakespeare_char'])
+
+
+def check_chunk_nlls(workdir, char_ckpt, result):
+    """chunk_nll, independently: each of the 3 chunks of val.bin (one document, cut in 32s) read by one forward
+    of the EMA weights in the identity order and in its seeded order (the seed's generator, one randperm a chunk)."""
+    chunk_nll, ppl = result['chunk_nll'], result['ppl']
+    assert set(chunk_nll) == set(ppl) and all(len(v) == 3 for v in chunk_nll.values())
+    for k, v in chunk_nll.items():  # equal chunks: the exp of the mean over chunks is the perplexity
+        assert math.exp(sum(v) / 3) == pytest.approx(ppl[k], rel=1e-6), k
+    model, _ = read_checkpoint(workdir / char_ckpt / 'ckpt.pt')
+    tokens = np.fromfile(workdir / 'data' / 'shakespeare_char' / 'val.bin', dtype=np.uint16)[:96]
+    chunks = torch.from_numpy(tokens.astype(np.int64)).view(3, 32)
+    generator = torch.Generator().manual_seed(1337)
+
+    def nll(x, order):
+        with torch.no_grad():
+            logits = model(x[None], order[None])[0][0, :32]
+        return -logits.double().log_softmax(-1).gather(1, x[order][:, None]).mean().item()
+    for c, x in enumerate(chunks):
+        order = torch.randperm(32, generator=generator)
+        assert chunk_nll['l2r'][c] == pytest.approx(nll(x, torch.arange(32)), rel=1e-5)
+        assert chunk_nll['1'][c] == pytest.approx(nll(x, order), rel=1e-5)
+    assert chunk_nll['4'] != chunk_nll['1']
 
 
 def test_any_order_in_bf16_as_the_authors_sigma_gpt_script(workdir, char_ckpt):
@@ -217,7 +243,7 @@ def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2):
                    '--out_json=gpt2.json', '--device=cpu')
     assert 'left-to-right only; each 1024-token chunk scores its last 1023 tokens' in out.stdout
     result = json.load(open(workdir / 'gpt2.json'))['results']['ptb']
-    assert result['tokens'] == 4 * 1023 and set(result['ppl']) == {'l2r'}
+    assert result['tokens'] == 4 * 1023 and set(result['ppl']) == {'l2r'} and set(result['chunk_nll']) == {'l2r'}
     # independently: the Hugging Face model's own shifted loss on the authors' first four PTB chunks
     chunks = make_chunks(load_tokens('ptb', 'test', data_dir)[0], 1024)[:4]
     assert chunk_digests(chunks) == eval_chunks()['ptb']['sha256'][:4]  # theirs, in their order
@@ -225,6 +251,7 @@ def test_gpt2_baseline_equals_the_models_own_loss(workdir, tiny_gpt2):
     with torch.no_grad():
         losses = [model(c[None].long(), labels=c[None].long()).loss for c in chunks]
     assert result['ppl']['l2r'] == pytest.approx(math.exp(torch.stack(losses).mean().item()), rel=1e-5)
+    assert result['chunk_nll']['l2r'] == pytest.approx(torch.stack(losses).tolist(), rel=1e-5)  # over its 1023 each
     assert out.stdout.splitlines()[-2].split()[:4] == ['ptb', '4,092', f"{result['ppl']['l2r']:.3f}", '-']
 
 

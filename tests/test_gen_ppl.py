@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
+from common import read_checkpoint
 from conftest import ROOT, one_line_error, says, tiny_model
 from scoring import load_scorer, score_samples, summarize, unigram_entropy
 
@@ -23,11 +24,12 @@ def records_of(rows, known=()):
 
 def hand_statistics(nlls, generated):
     """The reported numbers, from per-sample lists of NLLs and of generated tokens."""
-    ppl = [math.exp(sum(n) / len(n)) for n in nlls]
+    sample_nll = [sum(n) / len(n) for n in nlls]
+    ppl = [math.exp(n) for n in sample_nll]
     entropy = [-sum(c / len(g) * math.log(c / len(g)) for c in Counter(g).values()) for g in generated]
     pooled = math.exp(sum(map(sum, nlls)) / sum(map(len, nlls)))
     return dict(gen_ppl=statistics.mean(ppl), gen_ppl_std=statistics.pstdev(ppl), pooled_ppl=pooled,
-                entropy=statistics.mean(entropy))
+                entropy=statistics.mean(entropy), sample_nll=sample_nll, sample_entropy=entropy)
 
 
 def check_summary(records, scored, generated):
@@ -114,9 +116,25 @@ def test_temperature_lowers_gen_ppl_and_entropy_and_samples_round_trip(workdir, 
     # scoring the file again, in other batches, gives the same numbers
     again = run_gen_ppl(workdir, '--samples=gen.jsonl', scorer, '--score_batch_size=7', '--out_json=gen.json')
     for r, s in zip(results, again):
-        assert {k: v for k, v in r.items() if k != 'seconds_per_sample'} == pytest.approx(
-            {k: v for k, v in s.items() if k != 'seconds_per_sample'}, rel=1e-6)
+        assert r.keys() == s.keys()
+        for k in r.keys() - {'seconds_per_sample'}:
+            assert r[k] == pytest.approx(s[k], rel=1e-6), k
     assert [r['seconds_per_sample'] for r in results] == [s['seconds_per_sample'] for s in again]
+    check_sample_nlls(workdir / char_ckpt / 'ckpt.pt', lines, results)
+
+
+def check_sample_nlls(scorer, lines, results):
+    """Each row's sample_nll, independently: one forward of the scorer's EMA weights in the identity order over
+    each sample of the file (a row's samples in the file's order), every token but the first scored."""
+    model, _ = read_checkpoint(scorer)
+    for r, row in zip(results, [lines[i:i + 24] for i in range(0, 96, 24)]):
+        x = torch.tensor([s['tokens'] for s in row])
+        with torch.no_grad():
+            logp = model(x, torch.arange(32).expand_as(x))[0][:, 1:32].double().log_softmax(-1)  # slot p: x[p] from x[:p]
+        ppl = (-logp.gather(2, x[:, 1:, None]).mean((1, 2))).exp()
+        assert [math.exp(v) for v in r['sample_nll']] == pytest.approx(ppl.tolist(), rel=1e-5)
+        assert statistics.mean(map(math.exp, r['sample_nll'])) == pytest.approx(r['gen_ppl'], rel=1e-9)
+        assert statistics.mean(r['sample_entropy']) == pytest.approx(r['entropy'], rel=1e-9)
 
 
 def test_the_scorers_weights_are_named(workdir, char_ckpt, capsys):

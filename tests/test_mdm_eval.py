@@ -89,8 +89,12 @@ def test_cli_encoder(workdir, mdm_ckpt):
     tokens = np.fromfile(workdir / 'data' / 'shakespeare_char' / 'val.bin', dtype=np.uint16)[:96]
     chunks = torch.from_numpy(tokens.astype(np.int64)).view(3, 32)
     with torch.no_grad():
-        nll = sum(exact_l2r(model, x) for x in chunks) / 3
-    assert ppl['l2r'] == pytest.approx(math.exp(nll), rel=1e-5)
+        nll = [exact_l2r(model, x) for x in chunks]
+    assert ppl['l2r'] == pytest.approx(math.exp(sum(nll) / 3), rel=1e-5)
+    # per chunk: its l2r NLL, and its NELBO estimate, whose mean over the chunks makes the bound
+    chunk_nll = result['results']['shakespeare_char']['chunk_nll']
+    assert set(chunk_nll) == {'l2r', 'nelbo'} and chunk_nll['l2r'] == pytest.approx(nll, rel=1e-5)
+    assert math.exp(sum(chunk_nll['nelbo']) / 3) == pytest.approx(ppl['nelbo_bound'], rel=1e-9)
 
 
 @pytest.mark.filterwarnings('ignore:Mismatch dtype between input and weight')
@@ -98,6 +102,7 @@ def test_cli_encoder_without_l2r_nelbo_in_dtype(workdir, mdm_ckpt):
     _, _, _, fp32 = eval_ppl(workdir, mdm_ckpt, '--encoder_l2r=False')
     _, header, row, bf16 = eval_ppl(workdir, mdm_ckpt, '--encoder_l2r=False', '--dtype=bfloat16')
     assert header[-1] == 'time' and row[2:4] == ['-', '<=']  # no ensemble columns without --ensemble
+    assert set(fp32['results']['shakespeare_char']['chunk_nll']) == {'nelbo'}
     fp32, bf16 = (r['results']['shakespeare_char']['ppl'] for r in (fp32, bf16))
     assert set(bf16) == {'nelbo_bound', 'nelbo_bound_se'}
     # --dtype: bf16 autocast rounds the NELBO passes, a little
