@@ -1,17 +1,22 @@
-"""findings.py: the smoke preset end to end (every figure, every finding's verdict), resuming instead of
-training again, --only, the one-line errors; report.py's figures on synthetic curves."""
+"""findings.py: the smoke preset end to end (the sweep, every figure, every claim with its interval),
+resuming instead of training again, a moved folder is the same run, --only, the README section, the
+one-line errors; the sweep's choice; report.py's figures on synthetic curves."""
 import json
 import os
+import shutil
 import sys
 
 import pytest
 
 from conftest import one_line_error, run_script, says
 
-FIGURES = ['fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
-           'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig7_sample_quality.png', 'fig8_adaln_ema.png']
-VERDICTS = {'holds', 'does not hold', 'not resolvable at this size'}
+FIGURES = ['sweep.png', 'fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
+           'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig4_time_vs_length.png',
+           'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png']
+VERDICTS = {'holds', 'does not hold', 'below the practical floor', 'not resolvable at this size',
+            'not judged: a run it compares did not learn'}
 PNG = b'\x89PNG\r\n\x1a\n'
+README = 'intro\n\n## Findings\n\n<!-- findings:start -->\nold table\n<!-- findings:end -->\n\n## Tests\n'
 
 
 def metrics_files(out):
@@ -22,74 +27,155 @@ def metrics_files(out):
 
 @pytest.fixture(scope='module')
 def smoke(workdir, tmp_path_factory, one_thread):
-    """The smoke preset run once, on the tests' synthetic play: (its out_dir, its stdout)."""
+    """The smoke preset run once, on the tests' synthetic play, rewriting a README: (out_dir, stdout, README)."""
     out = tmp_path_factory.mktemp('findings') / 'smoke'
-    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', cwd=workdir)
-    return out, result.stdout
+    readme = out.parent / 'README.md'
+    readme.write_text(README)
+    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', f'--readme={readme}', cwd=workdir)
+    return out, result.stdout, readme
 
 
-def test_smoke_writes_every_figure_and_verdict(smoke):
-    out, stdout = smoke
+def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
+    out, stdout, _ = smoke
     for name in FIGURES:
         assert (out / name).read_bytes().startswith(PNG), name
     results = json.loads((out / 'results.json').read_text())
-    assert [f['finding'] for f in results['findings']] == ['1', '2', '3', '4', '6', '8']
+    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8']
     md = (out / 'results.md').read_text()
-    for finding in results['findings']:
+    for finding in results['findings'][1:]:
         assert f"## {finding['finding']}. {finding['title']}" in md
-        assert finding['claims'] and {c['verdict'] for c in finding['claims']} <= VERDICTS
         for claim in finding['claims']:
+            assert claim['verdict'] in VERDICTS
             assert f"| {finding['finding']} | {claim['claim']} | **{claim['verdict']}** |" in md
+            interval = claim['numbers'].get('effect [95% interval] (n)')
+            if interval is None:  # the timing claims, which say so
+                assert 'timings, no interval' in claim['claim']
+            else:
+                assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n']
         for name in finding['figures']:
             assert f'![{name}]({name})' in md
-    assert results['settings']['preset'] == 'smoke'
+    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2]
+    assert 'verdict rule' in results['settings'] and results['settings']['preset'] == 'smoke'
     assert 'started' in stdout
 
 
+def test_the_sweep_trains_every_point_and_the_seeds_take_the_choice(smoke):
+    out, _, _ = smoke
+    runs = set(os.listdir(out / 'runs'))
+    # two rates for every kind; the encoder's two position encodings
+    assert {'sweep-l2r-lr0.01-gate1', 'sweep-l2r-lr0.03-gate1', 'sweep-sigma-lr0.01', 'sweep-sigma-lr0.03',
+            'sweep-encoder-lr0.01-gate1-learned', 'sweep-encoder-lr0.01-gate1-rotary'} <= runs
+    assert 'mixed-s1337' not in runs and 'mixed-s1' in runs  # the first seed is the sweep's winner
+    sweep = json.loads((out / 'results.json').read_text())['findings'][0]['claims'][0]['numbers']
+    for kind in ('l2r', 'mixed', 'random', 'sigma', 'encoder'):
+        chosen = json.loads(sweep[next(k for k in sweep if k.startswith(f'chosen for {kind} '))])
+        losses = {k: v for k, v in sweep.items() if k.startswith(f'{kind}, ')}
+        assert sweep[f'{kind}, {json.dumps(chosen)}'] == min(losses.values())
+        settings = json.loads((out / 'runs' / f'{kind}-s1' / 'args.json').read_text())
+        assert {k: settings[k] for k in chosen} == chosen and settings['seed'] == 1
+        assert settings['min_lr'] == chosen['learning_rate'] / 10
+
+
+def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
+    import findings
+    p = findings.PRESETS['smoke']
+    losses = {(0.01, 'learned'): (2.0, 3.0), (0.01, 'rotary'): (2.5, 1.0), (0.03, 'learned'): (1.0, 3.5),
+              (0.03, 'rotary'): (3.0, 3.0)}  # (val_l2r, val_ao): the encoder is chosen by val_ao alone
+    for (lr, positions), (l2r, ao) in losses.items():
+        point = dict(learning_rate=lr, gate_init=1.0, position_encoding=positions)
+        folder = tmp_path / findings.point_name('encoder', point)
+        folder.mkdir()
+        (folder / 'metrics.jsonl').write_text(json.dumps(dict(iter=30, val_l2r=l2r, val_ao=ao)) + '\n')
+    point, name, rows = findings.choose(p, 'encoder', str(tmp_path))
+    assert point == dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
+    assert name == 'sweep-encoder-lr0.01-gate1-rotary' and len(rows) == 4
+    assert findings.own_loss('mixed', dict(val_l2r=2.0, val_ao=3.0)) == pytest.approx(2.9)
+
+
+def test_the_readme_section_is_rewritten_from_the_results(smoke):
+    out, _, readme = smoke
+    text = readme.read_text()
+    assert text.startswith('intro\n\n## Findings\n\n<!-- findings:start -->\n') and text.endswith('<!-- findings:end -->\n\n## Tests\n')
+    assert 'old table' not in text and 'python findings.py --preset=smoke --out_dir=smoke' in text
+    results = json.loads((out / 'results.json').read_text())
+    for finding in results['findings'][1:]:
+        for claim in finding['claims']:
+            assert f"| {finding['finding']} | {claim['claim']} |" in text and f"**{claim['verdict']}**" in text
+
+
 def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
-    out, _ = smoke
+    out, _, _ = smoke
     before = metrics_files(out)
     result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=1,7', cwd=workdir)
-    assert 'started' not in result.stdout and 'train l2r: done, skipped' in result.stdout
-    assert 'train mixed-s1337: done, skipped' in result.stdout  # finding 6's sampler (7 names 6)
-    assert 'train sigma-s1337' not in result.stdout  # finding 8's runs are not needed
+    assert 'started' not in result.stdout and 'train sweep-l2r-lr0.01-gate1: done, skipped' in result.stdout
+    assert 'train encoder-s1: done, skipped' in result.stdout  # finding 6's encoder samples (7 names 6)
+    assert 'sigma' not in result.stdout  # finding 8's runs are not needed
     assert metrics_files(out) == before
     results = json.loads((out / 'results.json').read_text())
-    assert [f['finding'] for f in results['findings']] == ['1', '6']
+    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '6']
 
 
-def test_an_interrupted_run_resumes(smoke, workdir, tmp_path):
-    out, _ = smoke
-    copy = tmp_path / 'copy'
-    os.makedirs(copy / 'runs' / 'l2r')
-    for name in ('ckpt.pt', 'args.json'):
-        (copy / 'runs' / 'l2r' / name).write_bytes((out / 'runs' / 'l2r' / name).read_bytes())
-    lines = (out / 'runs' / 'l2r' / 'metrics.jsonl').read_text().splitlines(keepends=True)
-    (copy / 'runs' / 'l2r' / 'metrics.jsonl').write_text(''.join(lines[:-1]))  # stopped before max_iters
-    args = json.loads((copy / 'runs' / 'l2r' / 'args.json').read_text())
-    (copy / 'runs' / 'l2r' / 'args.json').write_text(json.dumps([a.replace(str(out), str(copy)) for a in args]))
-    plan = run_script('findings.py', '--preset=smoke', f'--out_dir={copy}', '--only=2', '--dry_run', cwd=workdir).stdout
-    l2r = next(line for line in plan.splitlines() if line.startswith('train l2r'))
-    assert '(resume) [to run]' in l2r and l2r.endswith('--init_from=resume')
-    assert [line.split(' [')[0] for line in plan.splitlines() if line.startswith('train')] == \
-        ['train l2r (resume)', 'train fixed1', 'train fixed2', 'train block']
+def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, workdir, tmp_path):
+    out, _, _ = smoke
+    moved = tmp_path / 'moved'
+    shutil.copytree(out, moved)
+    run = moved / 'runs' / 'sweep-l2r-lr0.01-gate1'
+    lines = (run / 'metrics.jsonl').read_text().splitlines(keepends=True)
+    (run / 'metrics.jsonl').write_text(''.join(lines[:-1]))  # stopped before max_iters
+    plan = run_script('findings.py', '--preset=smoke', f'--out_dir={moved}', '--only=2', '--dry_run', cwd=workdir).stdout
+    jobs = [line for line in plan.splitlines() if line.startswith('train')]
+    assert jobs[0].startswith('train sweep-l2r-lr0.01-gate1 (resume) [to run]') and jobs[0].endswith('--init_from=resume')
+    assert all('[done]' in line for line in jobs[1:]) and len(jobs) == 2  # only the l2r kind's sweep: finding 2's
 
 
-def test_bad_settings_stop_with_one_line(smoke, workdir):
-    out, _ = smoke
+def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
+    out, _, _ = smoke
     says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8')
     says(one_line_error('findings.py', '--preset=tiny', cwd=workdir), '--preset', 'cpu, gpu, smoke')
     says(one_line_error('findings.py', '--seeds=9', cwd=workdir), '--seeds', '9')
+    says(one_line_error('findings.py', '--seeds=1', cwd=workdir), '--seeds', '[2, 5]')
     says(one_line_error('findings.py', '--preset=cpu', f'--out_dir={out}', cwd=workdir), 'other settings',
          'args.json')
+    a_file = tmp_path / 'a_file'
+    a_file.write_text('')
+    says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={a_file}', cwd=workdir), '--out_dir', 'a file')
+    says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={a_file}/x', cwd=workdir), '--out_dir',
+         'cannot be made')
+    says(one_line_error('findings.py', '--preset=smoke', f'--readme={tmp_path}/none.md', cwd=workdir), '--readme')
+    cut = tmp_path / 'cut'
+    shutil.copytree(out / 'runs' / 'sweep-l2r-lr0.01-gate1', cut / 'runs' / 'sweep-l2r-lr0.01-gate1')
+    args = cut / 'runs' / 'sweep-l2r-lr0.01-gate1' / 'args.json'
+    args.write_text(args.read_text()[:20])
+    says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={cut}', '--only=2', cwd=workdir), 'args.json',
+         'not JSON', 'delete it')
+    no_markers = tmp_path / 'README.md'
+    no_markers.write_text('# a readme\n')
+    from findings import write_readme
+    with pytest.raises(SystemExit) as stop:
+        write_readme(str(no_markers), str(out), [], {})
+    says(str(stop.value.code), 'findings:start', 'markers')
 
 
-def test_figures_need_matplotlib(monkeypatch):
+def test_a_claim_on_a_run_that_did_not_learn_is_not_judged():
+    from findings import NOT_JUDGED, claim, comparable
+    from report import Interval
+    interval = Interval(effect=0.5, low=0.3, high=0.7, n='3 vs 3 seeds', method='Welch')
+    judged = claim('x', {}, interval)
+    assert judged['verdict'] == 'holds'
+    assert claim('x', {}, interval, stuck=['sigma-s1'])['verdict'] == NOT_JUDGED
+    assert comparable(Interval(effect=0.0, low=-0.05, high=0.05, n='', method=''), 0.1) == 'holds'
+    assert comparable(Interval(effect=0.3, low=0.2, high=0.4, n='', method=''), 0.1) == 'does not hold'
+    assert comparable(Interval(effect=0.1, low=0.0, high=0.2, n='', method=''), 0.1) == 'not resolvable at this size'
+
+
+def test_figures_need_matplotlib_before_any_run(monkeypatch, workdir):
     from report import load_matplotlib
     monkeypatch.setitem(sys.modules, 'matplotlib', None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as stop:
         load_matplotlib()
     assert str(stop.value.code) == 'error: matplotlib is needed for the figures: pip install matplotlib'
+    says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={workdir}/never', cwd=workdir), 'matplotlib')
+    assert not os.path.exists(os.path.join(workdir, 'never', 'runs', 'sweep-l2r-lr0.01-gate1'))
 
 
 def test_line_figure_draws_the_curves_bands_and_lines(tmp_path):
