@@ -250,8 +250,8 @@ def own_loss(kind, record):
 
 def choose(p, kind, runs_dir):
     """(the winning point, its run's name, [(point, name, final own loss)] of the whole sweep)."""
-    rows = [(point, point_name(kind, point), own_loss(kind, read_metrics(os.path.join(runs_dir, point_name(kind, point)))[-1]))
-            for point in grid_points(kind, p['grid'])]
+    names = [(point, point_name(kind, point)) for point in grid_points(kind, p['grid'])]
+    rows = [(point, name, own_loss(kind, read_metrics(os.path.join(runs_dir, name))[-1])) for point, name in names]
     best = min(rows, key=lambda row: row[2])
     return best[0], best[1], rows
 
@@ -334,7 +334,8 @@ def eval_jobs(findings, p, seed_list, folders):
         if '6' in findings:
             scorer = os.path.join(folders[f'l2r-s{seed_list[0]}'], 'ckpt.pt') if p['scorer'] == 'l2r' else p['scorer']
             for kind, folder in (('mixed', mixed), ('encoder', encoder)):
-                flags = dict(out_dir=folder, scorer=scorer, samples_out=os.path.join(folder, 'samples.jsonl')) | p['gen']
+                samples = os.path.join(folder, 'samples.jsonl')
+                flags = dict(out_dir=folder, scorer=scorer, samples_out=samples) | p['gen']
                 jobs.append(script_job(f'gen-ppl {kind}-s{s}', 'gen_ppl.py', flags, os.path.join(folder, 'gen.json')))
     return jobs
 
@@ -455,9 +456,12 @@ class Measured:
     def finals(self, names, key):
         return [self.metrics(n)[-1][key] for n in names]
 
-    def stuck(self, names, key):
-        """The runs among names whose final key loss sits at the unigram entropy: they did not learn."""
-        return [n for n, v in zip(names, self.finals(names, key)) if v > self.unigram - STUCK]
+    def stuck(self, names):
+        """The runs among names whose final loss in their own objective sits at the unigram entropy: they
+        did not learn (a fixed-order run's objective is its order's loss)."""
+        own = lambda n: self.metrics(n)[-1]['val_fixed'] if n.startswith(('fixed', 'block')) else \
+            own_loss(n.rsplit('-s', 1)[0], self.metrics(n)[-1])
+        return [n for n in names if own(n) > self.unigram - STUCK]
 
     def read(self, name, file):
         return read_json(os.path.join(self.folders[name], file))
@@ -496,7 +500,7 @@ def comparable(interval, tolerance):
 def between_runs(m, a_names, a_key, b_names, b_key):
     """Claim helpers' common case: the interval of mean(a) - mean(b) over runs, and the stuck runs."""
     return (unpaired_interval(m.finals(a_names, a_key), m.finals(b_names, b_key)),
-            m.stuck(a_names, a_key) + m.stuck(b_names, b_key))
+            m.stuck(a_names + b_names))
 
 
 LOSS = 'val loss (nats/token)'
@@ -546,7 +550,6 @@ def finding_3(m):
     l2r, stuck = between_runs(m, nocl, 'val_l2r', mix, 'val_l2r')
     ao, _ = between_runs(m, nocl, 'val_ao', mix, 'val_ao')
     cost = unpaired_interval(m.finals(mix, 'val_ao'), m.finals(nocl, 'val_ao'))
-    stuck += m.stuck(nocl, 'val_ao') + m.stuck(mix, 'val_ao')
     return [fig], [
         claim('Training 10% of the sequences left to right lowers the left-to-right loss below that of a model '
               'trained in random orders only (NoCL).', numbers, l2r, stuck=stuck),
@@ -570,7 +573,7 @@ def finding_4(m):
                                                      m.chunk_nll(n, 'eval.json', str(top)))] for n in mixed])
     log_ppl = {k: statistics.mean(math.log(r[str(k)]) for r in ao) for k in sizes}
     trend = all(log_ppl[a] >= log_ppl[b] for a, b in zip(sizes, sizes[1:]))
-    stuck = m.stuck(mixed, 'val_ao') + m.stuck(encoder, 'val_ao')
+    stuck = m.stuck(mixed + encoder)
     ao_nll = {k: [statistics.mean(m.chunk_nll(n, 'eval.json', str(k))) for n in mixed] for k in (1, top)}
     nelbo = [statistics.mean(m.chunk_nll(n, 'eval.json', 'nelbo')) for n in encoder]
     seed_by_seed = {f'seed {s}: AO-GPT ppl M=1 / M={top} / encoder bound':
@@ -579,7 +582,7 @@ def finding_4(m):
     return [fig], [
         claim(f'Averaging AO-GPT over M context orders lowers its perplexity: M={top} against M=1, on the same chunks.',
               {f'AO-GPT ppl, M={k}': spread([r[str(k)] for r in ao]) for k in sizes} |
-              {'falls at every doubling of M (mean over seeds)': trend}, falls, stuck=m.stuck(mixed, 'val_ao')),
+              {'falls at every doubling of M (mean over seeds)': trend}, falls, stuck=m.stuck(mixed)),
         claim('The paper\'s premise: with one order (M=1) AO-GPT\'s perplexity is above the encoder\'s NELBO bound '
               '(effect: log AO-GPT ppl minus log bound, in nats).',
               seed_by_seed | {f'gap left with M={top} (nats)': unpaired_interval(ao_nll[top], nelbo)},
@@ -592,8 +595,9 @@ def finding_6(m, timing, gen):
 
 
 def generation_time(m, timing):
-    return m.figure('fig4_generation_time.png', f"Generation time against steps, {timing['block_size']} tokens (Fig. 4)",
-                    'steps', f"seconds for {timing['batch_size']} samples",
+    return m.figure('fig4_generation_time.png',
+                    f"Generation time against steps, {timing['block_size']} tokens (Fig. 4)", 'steps',
+                    f"seconds for {timing['batch_size']} samples",
                     [(label, timing['steps'], [[t] for t in times]) for label, times in timing['seconds'].items()],
                     logx=True, logy=True)
 
@@ -660,7 +664,7 @@ def steps_claim(m, gen):
                  f"that at the most ({rows[-1]['steps']}), temperature {setting[0]}, top_p {setting[1]} (effect in "
                  "nats of per-sample log gen PPL).",
                  {f"steps {r['steps']}: gen PPL, entropy": spread_pair([s[setting][i] for s in gen['mixed']])
-                  for i, r in enumerate(rows)}, paired_interval(differences), stuck=m.stuck(m.each('mixed'), 'val_ao'))
+                  for i, r in enumerate(rows)}, paired_interval(differences), stuck=m.stuck(m.each('mixed')))
 
 
 def spread_pair(rows):
@@ -680,7 +684,7 @@ def encoder_claim(m, gen):
                  f'samples are as good as the encoder\'s: their log gen PPLs (one scorer) differ by less than {SAME} '
                  'nats (effect: AO-GPT minus encoder; holds if the interval lies within the tolerance, does not '
                  'hold if wholly outside it).', table, unpaired_interval(mean_nll('mixed'), mean_nll('encoder')),
-                 floor=SAME, stuck=m.stuck(m.each('mixed'), 'val_ao') + m.stuck(m.each('encoder'), 'val_ao'),
+                 floor=SAME, stuck=m.stuck(m.each('mixed') + m.each('encoder')),
                  decide=comparable)
 
 
@@ -700,7 +704,7 @@ def finding_8(m):
               {'final val any-order loss, AO-GPT': spread(m.finals(mixed, 'val_ao')),
                'final val any-order loss, sigma-GPT': spread(m.finals(sigma, 'val_ao'))}, interval, stuck=stuck),
         claim('EMA lowers AO-GPT\'s any-order loss: the same runs\' EMA weights against their raw weights, on the '
-              'same chunks and orders (eval_ppl.py, M=1).', {}, ema, stuck=m.stuck(mixed, 'val_ao'))]
+              'same chunks and orders (eval_ppl.py, M=1).', {}, ema, stuck=m.stuck(mixed))]
 
 
 def sweep_section(p, chosen, runs_dir, out):
@@ -747,10 +751,11 @@ def write_readme(path, out, results, settings):
     if start not in text or end not in text:
         fail(f'{path} has no {start} ... {end} markers: put them around its Findings section')
     folder = os.path.relpath(out, os.path.dirname(os.path.abspath(path)))
+    wall = settings['wall minutes of this call (runs already done are skipped)']
+    training = settings['training minutes, summed over runs']
     lines = [start, '', f"Written by `python findings.py --preset={settings['preset']} --out_dir={folder} "
-             f"--readme={os.path.basename(path)}` ({settings['wall minutes of this call (runs already done are skipped)']}"
-             f" minutes of this call, {settings['training minutes, summed over runs']} minutes of training summed over "
-             f"{settings['runs']} runs; seeds {settings['seeds']}). Rule: {settings['verdict rule']} The details, "
+             f"--readme={os.path.basename(path)}` ({wall} minutes of this call, {training} minutes of training summed "
+             f"over {settings['runs']} runs; seeds {settings['seeds']}). Rule: {settings['verdict rule']} The details, "
              f'figures and every per-seed number: [{folder}/results.md]({folder}/results.md).', '',
              '| finding | claim | effect [95% interval] (n) | verdict |', '|---|---|---|---|']
     for f in results[1:]:

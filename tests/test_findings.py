@@ -95,7 +95,8 @@ def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
 def test_the_readme_section_is_rewritten_from_the_results(smoke):
     out, _, readme = smoke
     text = readme.read_text()
-    assert text.startswith('intro\n\n## Findings\n\n<!-- findings:start -->\n') and text.endswith('<!-- findings:end -->\n\n## Tests\n')
+    assert text.startswith('intro\n\n## Findings\n\n<!-- findings:start -->\n')
+    assert text.endswith('<!-- findings:end -->\n\n## Tests\n')
     assert 'old table' not in text and 'python findings.py --preset=smoke --out_dir=smoke' in text
     results = json.loads((out / 'results.json').read_text())
     for finding in results['findings'][1:]:
@@ -122,9 +123,11 @@ def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, wo
     run = moved / 'runs' / 'sweep-l2r-lr0.01-gate1'
     lines = (run / 'metrics.jsonl').read_text().splitlines(keepends=True)
     (run / 'metrics.jsonl').write_text(''.join(lines[:-1]))  # stopped before max_iters
-    plan = run_script('findings.py', '--preset=smoke', f'--out_dir={moved}', '--only=2', '--dry_run', cwd=workdir).stdout
+    plan = run_script('findings.py', '--preset=smoke', f'--out_dir={moved}', '--only=2', '--dry_run',
+                      cwd=workdir).stdout
     jobs = [line for line in plan.splitlines() if line.startswith('train')]
-    assert jobs[0].startswith('train sweep-l2r-lr0.01-gate1 (resume) [to run]') and jobs[0].endswith('--init_from=resume')
+    assert jobs[0].startswith('train sweep-l2r-lr0.01-gate1 (resume) [to run]')
+    assert jobs[0].endswith('--init_from=resume')
     assert all('[done]' in line for line in jobs[1:]) and len(jobs) == 2  # only the l2r kind's sweep: finding 2's
 
 
