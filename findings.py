@@ -376,7 +376,7 @@ def last_line(path):
 def time_generation(paths, steps, lengths, batch_size, repeats, seed=SEEDS[0]):
     """Median wall seconds of generating batch_size sequences in a random order, through the library as
     bench.py --run=arch (decoders with their KV cache, the encoder a forward per step): ({label: [per
-    number of steps, at the block size]}, {label: [per sequence length, one token per step]})."""
+    number of steps, at the block size]}, {label: [per sequence length, one token per step]}, the block size)."""
     device, dtype = default_device(), default_dtype()
     by_steps, by_length = {}, {}
     for label, path in paths.items():
@@ -397,7 +397,7 @@ def time_generation(paths, steps, lengths, batch_size, repeats, seed=SEEDS[0]):
         once(block, steps[0])  # warm-up
         by_steps[label] = [median(block, k) for k in steps]
         by_length[label] = [median(n, n) for n in lengths]
-    return by_steps, by_length
+    return by_steps, by_length, block
 
 
 def generation_times(p, folders, seed, runs_dir):
@@ -412,9 +412,9 @@ def generation_times(p, folders, seed, runs_dir):
     timing = p['timing']
     paths = {'AO-GPT (KV cache)': os.path.join(folders[f'mixed-s{seed}'], 'ckpt.pt'),
              'encoder MDM': os.path.join(folders[f'encoder-s{seed}'], 'ckpt.pt')}
-    by_steps, by_length = time_generation(paths, timing['steps'], timing['lengths'], timing['batch_size'],
-                                          timing['repeats'])
-    result = dict(block_size=load_checkpoint(paths['encoder MDM'])[0].config.block_size, steps=list(timing['steps']),
+    by_steps, by_length, block = time_generation(paths, timing['steps'], timing['lengths'], timing['batch_size'],
+                                                 timing['repeats'])
+    result = dict(block_size=block, steps=list(timing['steps']),
                   lengths=list(timing['lengths']), batch_size=timing['batch_size'], seconds=by_steps,
                   seconds_by_length=by_length)
     with open(path, 'w') as f:
