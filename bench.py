@@ -4,6 +4,7 @@ Speed figures as ratios, measured side by side in one run on the same model and 
     python bench.py                 # a small model on the CPU
     python bench.py --device=cuda --dtype=bfloat16 --compile=True --n_layer=12 --n_head=12 --n_embd=768 \\
         --block_size=1024 --batch_size=16
+    python bench.py --run=speculate --checkpoint=out-shakespeare-char/ckpt.pt   # speculative decoding, trained
 
 training: tokens/s of whole training steps (order sampling, forward, backward, AdamW) with
 left-to-right orders ('l2r', a plain GPT) and with the any-order mix ('mixed', 90% random
@@ -25,6 +26,11 @@ the number of steps (`sample_steps`) at block `sample_block_size`, random order,
 decoders with their KV cache (about flat in the steps), the encoder with a full forward per step
 (growing with the steps), with the encoder / AO-GPT ratio (the paper's Figure 4). Each generation
 is timed once, after a warm-up, the models taking turns.
+speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`) against one
+token per step, the same samples' distribution: wall time, forwards per token and the share of drafts
+kept, in random and left-to-right order, at batch 1 and batch `batch_size`. How many drafts are kept
+depends on how much the model's predictions depend on each other, so give a trained `checkpoint`
+(its block size and weights); the bench's random model keeps nearly every draft, an upper bound.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
@@ -33,9 +39,10 @@ import time
 
 import torch
 
-from common import autocast, check_device, peak_memory_mb, print_table, reset_peak_memory
+from checkpoints import token_count
+from common import autocast, check_device, peak_memory_mb, print_table, read_checkpoint, reset_peak_memory
 from configurator import at_least, check_settings, configure, fail
-from engine import Engine, Sampling, generate, sample_tokens, step_sizes
+from engine import Engine, Sampling, Speculation, generate, sample_tokens, step_sizes
 from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
 from training import sample_masks, sample_orders
@@ -56,15 +63,18 @@ rounds = 5
 run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
+speculate_k = '2,4,8,16'
+checkpoint = ''  # speculate: a trained checkpoint to decode with ('': the bench's random model)
 configure(globals(), doc=__doc__)
 # -----------------------------------------------------------------------------
-BENCHMARKS = ('train', 'eval', 'sample', 'memory', 'arch')
+BENCHMARKS = ('train', 'eval', 'sample', 'memory', 'arch', 'speculate')
 check_settings(globals(), {
     **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'train_steps',
                      'rounds', 'sample_block_size'], at_least(1)),
     'run': (lambda v: v and set(v.split(',')) <= set(BENCHMARKS), f"a comma list of {', '.join(BENCHMARKS)}"),
     'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
                      f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
+    'speculate_k': (lambda v: all(s.isdigit() and int(s) >= 1 for s in v.split(',')), 'a comma list of ints >= 1'),
 })
 if n_embd % n_head:
     fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
@@ -290,7 +300,46 @@ def bench_architectures():
                  for n_steps, row in times.items()])
 
 
+def bench_speculation():
+    if checkpoint:
+        model, stored = read_checkpoint(checkpoint, device)
+        n_tokens, what = token_count(stored, model.config.vocab_size), checkpoint
+    else:
+        torch.manual_seed(seed)
+        model, n_tokens, what = build(sample_block_size).eval(), vocab_size, 'the random model'
+    T = model.config.block_size
+    known = torch.zeros(T, dtype=torch.bool, device=device)
+
+    def run(order, batch, k):
+        """Seconds and the Speculation of one call: batch samples of T tokens, one token per step (k=0)
+        or speculatively with k drafts per forward."""
+        stats = Speculation()
+        x = torch.zeros(batch, T, dtype=torch.long, device=device)
+        t0 = time.perf_counter()
+        with autocast(device, dtype):
+            generate(model, x, known, T, policy=order, generator=torch.Generator(device).manual_seed(seed),
+                     n_tokens=n_tokens, speculate=k, stats=stats)
+        sync()
+        return time.perf_counter() - t0, stats
+
+    ks = [int(k) for k in speculate_k.split(',')]
+    run('random', 1, max(ks))  # warm-up
+    rows = []
+    for order in ('random', 'l2r'):
+        for batch in sorted({1, batch_size}):
+            base, _ = run(order, batch, 0)
+            for k in ks:
+                seconds, stats = run(order, batch, k)
+                s = stats.summary()
+                rows.append([order, batch, k, f'{seconds:.2f}s', f'{base / seconds:.2f}x',
+                             f"{1 / s['tokens_per_forward']:.2f}", f"{1 / s['tokens_per_forward_alone']:.2f}",
+                             f"{100 * s['acceptance']:.0f}%"])
+    print(f'speculative decoding: {what}, {model.get_num_params() / 1e6:.1f}M params, {T} tokens per sample, '
+          f'{device} {dtype}; one token per step uses 1 forward per token')
+    print_table(['order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept'], rows)
+
+
 benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,
-              'arch': bench_architectures}
+              'arch': bench_architectures, 'speculate': bench_speculation}
 for name in run.split(','):
     benchmarks[name]()

@@ -238,7 +238,7 @@ def parse_infill(template, marker, encode):
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
     'order': one_of(*POLICIES), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
     'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
-    'max_new_tokens': optional_int(1),
+    'max_new_tokens': optional_int(1), 'speculate': (lambda v: type(v) is int and v >= 0, 'an int >= 0 (0: off)'),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
 }
 TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')
@@ -279,9 +279,12 @@ def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, 
     return prefix + [0] * new, [True] * len(prefix) + [False] * new
 
 
-def check_steps(steps, n, order='random'):
+def check_steps(steps, n, order='random', speculate=0):
     """The number of decoding steps for n tokens: steps, or n (one token per step) for None; at most
-    n, but any number with the ancestral rule (a step may reveal nothing)."""
+    n, but any number with the ancestral rule (a step may reveal nothing); none given with speculate."""
+    if speculate and steps is not None:
+        fail(f'--steps={steps} with --speculate: speculative decoding draws the samples of one token per step, '
+             f'and its forwards follow from k and the drafts kept; drop --steps')
     n_steps = n if steps is None else steps
     most = math.inf if order == 'ancestral' else n
     if type(n_steps) is not int or not 1 <= n_steps <= most:
@@ -290,10 +293,10 @@ def check_steps(steps, n, order='random'):
     return n_steps
 
 
-def check_order(order, model):
-    """Fail unless the model can decode in `order` (engine.check_policy: ancestral needs the encoder)."""
+def check_order(order, model, speculate=0):
+    """Fail unless the model can decode in `order`, speculatively if speculate > 0 (engine.check_policy)."""
     try:
-        check_policy(model, order)
+        check_policy(model, order, speculate)
     except ValueError as e:
         fail(e)
 

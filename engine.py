@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 SCHEDULES = ('linear', 'cosine')
 POLICIES = ('random', 'l2r', 'confidence', 'ancestral')  # which masked positions a step decodes
+SPECULATIVE_POLICIES = ('random', 'l2r')  # the orders speculative decoding can keep exact
 CONFIDENCES = ('maxprob', 'entropy')
 TOP_P_MODES = ('nucleus', 'authors')
 
@@ -58,6 +59,41 @@ class KVCache:
         self.length += n
 
 
+class RowCache(KVCache):
+    """A KVCache whose rows hold different numbers of slots, as speculative decoding keeps a different
+    number of tokens in each row: row b's new slots go after its own lengths[b] committed ones.
+
+    begin(width) places the next forward's `width` new slots; its attention mask must then hide, in
+    each row, the slots past the row's own new ones (see speculate_mask).
+    """
+
+    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
+        super().__init__(config, batch_size, max_slots, device, dtype)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+
+    def begin(self, width):
+        index = self.lengths.unsqueeze(1) + torch.arange(width, device=self.lengths.device)  # (B, width)
+        self.end = int(self.lengths.max()) + width
+        if self.end > self.k.size(3):
+            raise ValueError(f'KV cache overflow: {self.end} slots needed, {self.k.size(3)} allocated')
+        self.index = index[:, None, :, None].expand(-1, self.k.size(2), -1, self.k.size(4))
+
+    def update(self, layer, k, v):
+        self.k[layer].scatter_(2, self.index, k.to(self.k.dtype))
+        self.v[layer].scatter_(2, self.index, v.to(self.v.dtype))
+        return self.k[layer, :, :, :self.end], self.v[layer, :, :, :self.end]
+
+    def commit(self, counts):
+        """Keep the first counts[b] (B,) new slots of each row."""
+        self.lengths += counts
+
+
+def cache_place(model):
+    """The device and dtype of a cache for model: the autocast dtype if autocast is on, else the model's."""
+    p = next(model.parameters())
+    return p.device, torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
+
+
 class Engine:
     """Cached any-order decoding of a batch of batch_size rows, up to max_slots slots each.
 
@@ -67,10 +103,7 @@ class Engine:
 
     def __init__(self, model, batch_size, max_slots):
         self.model = model
-        device = next(model.parameters()).device
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) \
-            else next(model.parameters()).dtype
-        self.cache = KVCache(model.config, batch_size, max_slots, device, dtype)
+        self.cache = KVCache(model.config, batch_size, max_slots, *cache_place(model))
         self.new = 0  # slots of the last step, not yet accepted
 
     def reset(self):
@@ -143,11 +176,19 @@ def make_engine(model, batch_size, length):
     return Engine(model, batch_size, length + 1)
 
 
-def check_policy(model, policy):
-    """Raise ValueError unless `model` can decode by `policy`: the ancestral rule needs the encoder."""
+def check_policy(model, policy, speculate=0):
+    """Raise ValueError unless `model` can decode by `policy`, speculatively if speculate > 0: the
+    ancestral rule needs the encoder; speculation a decoder (the exact joint of an order in one
+    forward) and an order known before decoding starts."""
     if policy == 'ancestral' and not is_encoder(model):
         raise ValueError("the ancestral policy is MDLM's sampler for the encoder (architecture=encoder), and this "
                          "model is a decoder: use random, l2r or confidence")
+    if speculate and is_encoder(model):
+        raise ValueError('speculative decoding checks drafts against the exact joint of an order, which the encoder '
+                         'does not give: sample the encoder with --speculate=0')
+    if speculate and policy not in SPECULATIVE_POLICIES:
+        raise ValueError(f"speculative decoding needs the order before decoding starts, and {policy!r} chooses it "
+                         f"from the predictions: use --order=random or --order=l2r with --speculate")
 
 
 def compile_forward(model):
@@ -235,6 +276,13 @@ def sample_tokens(logits, sampling, generator):
     return inverse_cdf(probs, u).squeeze(-1)
 
 
+def sampling_probs(logits, sampling):
+    """The distributions (..., V) tokens are drawn from: filter_probs, or a one-hot of the argmax when greedy."""
+    if sampling.temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(sampling.dtype)
+    return filter_probs(logits, sampling)
+
+
 def confidence_scores(logits, kind):
     """Higher is more confident: the max-probability, or minus the entropy, of each prediction."""
     logp = logits.float().log_softmax(-1)
@@ -243,7 +291,7 @@ def confidence_scores(logits, kind):
 
 @torch.no_grad()
 def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', policy='random', confidence='maxprob',
-             generator=None, n_tokens=None, progress=False, on_step=None, reuse_forward=True):
+             generator=None, n_tokens=None, progress=False, on_step=None, reuse_forward=True, speculate=0, stats=None):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
@@ -253,7 +301,15 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     n_tokens only if given (the ids past it pad the vocabulary table and have no text).
     on_step(targets, logits), if given, sees each step's positions (B, k) and logits (not with
     'ancestral', whose rows reveal different numbers of tokens per step).
+    speculate=k > 0: the same samples as one token per step (steps must be n), drawn by `speculative`
+    with up to k drafts per forward; stats (a Speculation) adds up its forwards.
     """
+    if speculate:
+        if steps != int((~known).sum()):
+            raise ValueError(f'speculative decoding draws one token per step exactly, so steps must be the '
+                             f'{int((~known).sum())} unknown positions, got {steps}')
+        return speculative(model, x, known, speculate, sampling, policy=policy, generator=generator,
+                           n_tokens=n_tokens, progress=progress, stats=stats)
     if policy == 'ancestral':
         return ancestral(model, x, known, steps, sampling, schedule=schedule, generator=generator, n_tokens=n_tokens,
                          progress=progress, reuse_forward=reuse_forward)
@@ -284,6 +340,156 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
         decoded.append(targets)
         positions = targets
     return x, torch.cat(decoded, 1)
+
+
+@dataclass
+class Speculation:
+    """What speculative decoding did, added up over calls: batched forwards, forwards x rows of each
+    call (row_forwards), forwards that each row took part in until its last token (row_forwards_alone),
+    tokens decoded in all rows, and the ratio tests run and passed (a draft after a rejection is not tested)."""
+    forwards: int = 0
+    row_forwards: int = 0
+    row_forwards_alone: int = 0
+    tokens: int = 0
+    tests: int = 0
+    kept: int = 0
+
+    def summary(self):
+        """Tokens per forward of each row in its batch (one token per step: 1), the same if each row had
+        run alone (the gap is what batching costs), and the share of ratio tests passed."""
+        return dict(forwards=self.forwards, tokens_per_forward=self.tokens / max(self.row_forwards, 1),
+                    tokens_per_forward_alone=self.tokens / max(self.row_forwards_alone, 1),
+                    acceptance=self.kept / max(self.tests, 1))
+
+    def __str__(self):
+        s = self.summary()
+        return (f"speculative decoding: {s['forwards']} forwards, {s['tokens_per_forward']:.2f} tokens per forward "
+                f"per row ({s['tokens_per_forward_alone']:.2f} alone), {100 * s['acceptance']:.1f}% of drafts kept")
+
+
+@torch.no_grad()
+def speculative(model, x, known, k, sampling=Sampling(), *, policy='random', generator=None, n_tokens=None,
+                progress=False, stats=None):
+    """Fill the unknown positions of x (B, T) in place by any-subset speculative decoding (Guo & Ermon,
+    arXiv 2504.20456) with up to k drafts per forward; return x and the decoding order (B, n). The
+    samples are distributed exactly as generate's with one token per step in the same order (policy
+    'random' or 'l2r'), `sampling` included (greedy gives its output).
+
+    Each row reads its slots in one order: the start slot, the known positions left to right, then the
+    unknown ones. A forward reads each row's new slots and runs k copies of its last one, targeting
+    the next k positions: their logits give q, from which the row drafts k tokens at once. The first
+    draft is kept (q is its exact conditional). The next forward reads the drafts in order, so the slot
+    before draft i gives p_i, its conditional given the drafts before it: draft i is kept with probability
+    min(1, p_i/q_i) while all before it were; the first one rejected is drawn from max(p_i - q_i, 0)
+    instead and the rest go. Kept slots stay in the cache as written; a row that kept every draft
+    drafts again from the same forward's copies. Each row keeps its own number of tokens per forward
+    in its own cache length (RowCache). stats (a Speculation), if given, adds up what was done.
+    """
+    check_policy(model, policy, k)
+    B, T = x.shape
+    dev = x.device
+    masked = (~known).nonzero().squeeze(1).expand(B, -1)
+    if policy == 'random':
+        masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=dev).argsort(1))
+    given = known.nonzero().squeeze(1).expand(B, -1)
+    none = torch.full((B, 1), -1, device=dev)
+    seq = torch.cat([none, given, masked, none.expand(B, 2 * k)], 1)  # the read order; -1 past its end: no target
+    total = 1 + given.size(1) + masked.size(1)
+    cache = RowCache(model.config, B, total + 2 * k, *cache_place(model))
+    read = torch.zeros(B, dtype=torch.long, device=dev)  # slots of seq in the cache
+    decided = torch.full((B,), 1 + given.size(1), device=dev)  # positions of seq whose token is final
+    drafted = torch.zeros_like(read)  # drafts after them, to be tested by the next forward
+    q = None  # the drafts' distributions, (B, k - 1, V)
+    copies = torch.arange(1, k, device=dev)
+    bar = tqdm(total=B * masked.size(1), disable=not progress, desc='tokens')
+    while (live := decided < total).any():
+        m = torch.where(live, decided + drafted - read, 0)  # each row's new slots: 1 (or the prompt), then drafts
+        M = int(m.max())
+        last = (m - 1).clamp(min=0).unsqueeze(1)
+        col = torch.arange(M, device=dev)
+        real = col < m.unsqueeze(1)
+        index = read.unsqueeze(1) + col
+        positions = torch.where(real, seq.gather(1, index), -1)
+        targets = torch.where(real, seq.gather(1, index + 1), -1)
+        positions = torch.cat([positions, positions.gather(1, last).expand(B, k - 1)], 1)
+        targets = torch.cat([targets, torch.where(live.unsqueeze(1), seq.gather(1, (read + m).unsqueeze(1) + copies),
+                                                  -1)], 1)
+        cache.begin(M + k - 1)
+        P = M - 1 if drafted.any() else 0  # slots that test drafts
+        out = torch.cat([torch.arange(P, device=dev).expand(B, P), last, M - 1 + copies.expand(B, k - 1)], 1)
+        logits = model.forward_slots(x.gather(1, positions.clamp(min=0)), positions, targets, cache,
+                                     speculative_mask(cache, m, M, k), out_slots=out)[..., :n_tokens]
+        kept = torch.zeros_like(read)
+        rejected = torch.zeros_like(live)
+        if P:
+            kept, rejected = test_drafts(x, seq, logits[:, :P], q[:, :P], read, decided, drafted, sampling, generator)
+        counts = torch.where(live, decided - read + kept, 0)
+        cache.commit(counts)
+        read += counts
+        decided += kept + rejected
+        draft = live & ~rejected & (decided < total)
+        drafts = torch.where(draft, (total - decided).clamp(max=k), 0)
+        q_next = sampling_probs(logits[:, P:], sampling)
+        u = torch.rand((B, k, 1), generator=generator, device=dev, dtype=sampling.dtype)
+        write = torch.arange(k, device=dev) < drafts.unsqueeze(1)
+        put(x, seq.gather(1, decided.unsqueeze(1) + torch.arange(k, device=dev)), inverse_cdf(q_next, u).squeeze(-1),
+            write)
+        decided += draft
+        drafted, q = (drafts - 1).clamp(min=0), q_next[:, 1:]
+        if stats is not None:
+            stats.forwards += 1
+            stats.row_forwards += B
+            stats.row_forwards_alone += int(live.sum())
+            stats.tests += int((kept + rejected).sum())
+            stats.kept += int(kept.sum())
+        bar.update(int((decided - 1 - given.size(1)).sum()) - bar.n)
+    bar.close()
+    if stats is not None:
+        stats.tokens += masked.numel()
+    return x, masked
+
+
+def speculative_mask(cache, m, M, k):
+    """(B, 1, S, end) attention of a speculative forward's S = M + k - 1 new slots: row b's m[b] slots
+    read in order (then padding to M, each seeing only itself), then k - 1 more copies of its last
+    slot, which see what that slot sees but not each other; every slot sees the row's cache."""
+    S = M + k - 1
+    t = (torch.arange(cache.end, device=m.device) - cache.lengths.unsqueeze(1)).unsqueeze(1)  # key's place among the new
+    s = torch.arange(S, device=m.device).view(1, S, 1)
+    mm = m.view(-1, 1, 1)
+    return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= M) & (t < mm - 1))).unsqueeze(1)
+
+
+def test_drafts(x, seq, logits, q, read, decided, drafted, sampling, generator):
+    """The ratio tests of each row's drafted tokens, in order: how many are kept (B,) and whether one was
+    rejected (B,), in which case its token in x is drawn again from max(p - q, 0).
+
+    logits (B, P, V): the first P new slots of the forward that read the drafts; draft j (at
+    seq[decided + j]) is predicted by the slot before it, new slot decided - read + j - 1.
+    """
+    B, P, _ = logits.shape
+    j = torch.arange(P, device=x.device)
+    col = ((decided - read - 1).unsqueeze(1) + j).clamp(0, P - 1)  # rows with nothing to test: any slot
+    p = sampling_probs(logits.gather(1, col.unsqueeze(-1).expand(-1, -1, logits.size(-1))), sampling)
+    where = seq.gather(1, decided.unsqueeze(1) + j)
+    tokens = x.gather(1, where.clamp(min=0)).unsqueeze(-1)
+    ratio = p.gather(2, tokens).squeeze(-1) / q.gather(2, tokens).squeeze(-1)
+    u = torch.rand((B, P), generator=generator, device=x.device, dtype=sampling.dtype)
+    kept = ((u < ratio) & (j < drafted.unsqueeze(1))).long().cumprod(1).sum(1)
+    rejected = kept < drafted
+    at = kept.clamp(max=P - 1).view(B, 1, 1).expand(-1, 1, p.size(-1))
+    p_at, q_at = p.gather(1, at).squeeze(1), q.gather(1, at).squeeze(1)
+    residual = (p_at - q_at).clamp(min=0)
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_at)  # p == q: no rejection is possible
+    u = torch.rand((B, 1), generator=generator, device=x.device, dtype=sampling.dtype)
+    put(x, where.gather(1, kept.clamp(max=P - 1).unsqueeze(1)), inverse_cdf(residual, u), rejected.unsqueeze(1))
+    return kept, rejected
+
+
+def put(x, positions, tokens, keep):
+    """x[b, positions[b, i]] = tokens[b, i] where keep[b, i], all (B, n)."""
+    rows, cols = keep.nonzero(as_tuple=True)
+    x[rows, positions[rows, cols]] = tokens[rows, cols]
 
 
 @torch.no_grad()

@@ -7,12 +7,14 @@ of sampling settings in one run (the AO-GPT paper's Table 2).
     python gen_ppl.py --init_from=out/ckpt.pt --num_samples=256 --batch_size=32 --scorer=gpt2-large \\
         --steps=64,128,256,512,1024 --temperature=1.0,0.9,0.7 --top_p=1.0,0.95,0.95 --pair_settings \\
         --top_p_mode=authors                                               # the paper's Table 2
+    python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --speculate=8 # one token per step, speculatively
 
 For each point of the grid, steps x temperature x top_p (comma lists; with --pair_settings the i-th
 temperature goes with the i-th top_p instead), num_samples samples are drawn with sample.py's
 sampler (unconditional by default; start, infill, max_new_tokens and order as in sample.py, so an
 encoder checkpoint samples too, also with --order=ancestral), in batches of batch_size, all from the
-same seed. They go to samples_out (jsonl: ids, text and settings, one
+same seed; --speculate=k draws one token per step's samples by speculative decoding (as sample.py)
+and adds its forwards, tokens per forward and acceptance to the row. They go to samples_out (jsonl: ids, text and settings, one
 sample per line), so that --samples=file scores them again without sampling.
 
 scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-2 BPE ids (a name
@@ -42,7 +44,7 @@ from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_s
                     default_dtype, describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens,
                     read_checkpoint, read_jsonl, same_vocab)
 from configurator import check_settings, configure, fail
-from engine import Sampling, compile_forward, generate_many
+from engine import Sampling, Speculation, compile_forward, generate_many
 from scoring import load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
@@ -64,6 +66,7 @@ top_p_mode = 'nucleus'  # 'nucleus' or 'authors' (drops the token that crosses t
 schedule = 'linear'
 order = 'random'  # as sample.py: 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
 confidence = 'maxprob'
+speculate = 0  # k > 0: one token per step by speculative decoding, up to k drafts per forward
 sample_dtype = 'float64'  # precision of the sampling CDF
 start = ''  # a prompt (or FILE:path); its tokens are not scored
 infill = ''  # a template with [MASK] markers (mask_token) to fill
@@ -76,7 +79,7 @@ dtype = default_dtype()  # autocast dtype of the sampler; scoring is float32
 compile = False
 # -----------------------------------------------------------------------------
 SETTINGS = ('checkpoint', 'steps', 'temperature', 'top_p', 'top_k', 'top_p_mode', 'schedule', 'order',
-            'confidence', 'sample_dtype', 'seed')  # what makes samples belong to one row of the table
+            'confidence', 'speculate', 'sample_dtype', 'seed')  # what makes samples belong to one row of the table
 
 
 def parse_list(key, text, cast, rule):
@@ -168,26 +171,29 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
     if compile:
         compile_forward(model)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
-                  confidence=confidence, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
+                  confidence=confidence, speculate=speculate, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size))
     given = [i for i, k in enumerate(known) if k]
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
 
-    def draw(s, t, p, count, generator):
+    def draw(s, t, p, count, generator, stats=None):
         sampling = Sampling(t, top_k, p, top_p_mode, getattr(torch, sample_dtype))
         return generate_many(model, ids, known, count, batch_size, s, sampling, ctx=autocast(device, dtype),
                              desc=f'steps={s} temperature={t} top_p={p}', schedule=schedule, policy=order,
-                             confidence=confidence, generator=generator, n_tokens=n_tokens)
+                             confidence=confidence, generator=generator, n_tokens=n_tokens, speculate=speculate,
+                             stats=stats)
     draw(*points[0], min(batch_size, num_samples), torch.Generator(device))  # warm-up
     records = []
     with open(samples_out, 'w', encoding='utf-8') as f:
         for s, t, p in points:
             t0 = time.time()
             generator = torch.Generator(device).manual_seed(seed)  # the same seed at every grid point
-            rows = draw(s, t, p, num_samples, generator)
+            stats = Speculation()
+            rows = draw(s, t, p, num_samples, generator, stats)
             seconds = (time.time() - t0) / num_samples
+            speculation = stats.summary() if speculate else None
             new = [dict(shared, steps=s, temperature=t, top_p=p, tokens=row, text=decode(row), known=given,
-                        seconds=seconds) for row in rows]
+                        seconds=seconds, speculation=speculation) for row in rows]
             f.writelines(json.dumps(r) + '\n' for r in new)
             f.flush()  # a long sweep keeps what it has drawn
             records += new
@@ -204,11 +210,11 @@ def main():
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
-        check_order(order, model)
+        check_order(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
         ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
-        points = [(check_steps(s, known.count(False), order), t, p) for s, t, p in points]
+        points = [(check_steps(s, known.count(False), order, speculate), t, p) for s, t, p in points]
         length = len(ids)
     nll, scorer_tokens, context, scorer_weights = load_scorer(scorer, device)
     check_scorer(scorer, vocab, length, scorer_tokens, context)
@@ -220,8 +226,8 @@ def main():
     groups = collections.defaultdict(list)  # grid point -> its records, in the order of the file
     for r in records:
         groups[tuple(r.get(k) for k in SETTINGS)].append(r)
-    results = [dict(zip(SETTINGS, key), **summarize(group, score_samples(group, nll, score_batch_size, device)))
-               for key, group in groups.items()]
+    results = [dict(zip(SETTINGS, key), **summarize(group, score_samples(group, nll, score_batch_size, device)),
+                    speculation=group[0].get('speculation')) for key, group in groups.items()]
     report(results, scorer + (f' ({scorer_weights} weights)' if scorer_weights else ''))
     if out_json:
         with open(out_json, 'w') as f:
@@ -237,6 +243,10 @@ def report(results, scorer_name):
     head = keys + ['N', 'gen PPL', 'pooled PPL', 'entropy', 's/sample']
     rows = [[r[k] for k in keys] + [r['n'], f"{r['gen_ppl']:.2f} ± {r['gen_ppl_std']:.2f}", f"{r['pooled_ppl']:.2f}",
                                      f"{r['entropy']:.3f}", f"{r['seconds_per_sample']:.3g}"] for r in results]
+    if any(r['speculation'] for r in results):  # speculative decoding's work, where it drew the samples
+        head += ['forwards', 'tokens/forward', 'kept']
+        rows = [row + ([s['forwards'], f"{s['tokens_per_forward']:.2f}", f"{100 * s['acceptance']:.1f}%"]
+                       if (s := r['speculation']) else ['', '', '']) for row, r in zip(rows, results)]
     print(f'scorer: {scorer_name}')
     print_table(head, rows)
 

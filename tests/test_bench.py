@@ -11,3 +11,14 @@ def test_arch_compares_the_three_architectures(tmp_path, one_thread):
         assert any(line.startswith(name + ' ') and line.endswith('x') for line in lines), name
     generation = lines[next(i for i, line in enumerate(lines) if line.startswith('steps')) + 1:]
     assert [row.split()[0] for row in generation] == ['4', '32'] and all(row.endswith('x') for row in generation)
+
+
+def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
+    out = run_script('bench.py', '--run=speculate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
+                     '--batch_size=2', '--vocab_size=50', '--sample_block_size=32', '--sample_steps=4',
+                     '--speculate_k=2,8', cwd=tmp_path).stdout
+    lines = out.splitlines()
+    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith('order')) + 1:]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [(o, b, k) for o in ('random', 'l2r') for b in '12' for k in '28']
+    for r in rows:  # speedup, forwards per token in the batch and alone, drafts kept
+        assert r[4].endswith('x') and 0 < float(r[6]) <= float(r[5]) <= 1 and r[7].endswith('%')

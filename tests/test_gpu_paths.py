@@ -56,11 +56,13 @@ def test_compiled_bf16_training_matches_eager(workdir, bf16_eager):
             assert compiled[key] == pytest.approx(eager[key], abs=5e-3), (compiled['iter'], key)
 
 
-def test_compiled_cached_sampling_matches_eager(workdir, char_ckpt):
-    # one token per step, a random order: two compiled graphs (the first step, whose cache is empty, and the rest)
+@pytest.mark.parametrize('args', [[], ['--speculate=4']])
+def test_compiled_cached_sampling_matches_eager(workdir, char_ckpt, args):
+    # one token per step, a random order: two compiled graphs (the first step, whose cache is empty, and the
+    # rest); speculative decoding: per-row cache lengths and masks, new slots in varying numbers
     def samples(compile):
         out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=2', '--device=cpu', '--dtype=float32',
-                         f'--compile={compile}', cwd=workdir).stdout
+                         f'--compile={compile}', *args, cwd=workdir).stdout
         texts = ''.join(line for line in out.splitlines(True) if not line.startswith('override: '))
         return texts.split('\n---------------\n')[:-1]
     compiled, eager = samples(True), samples(False)

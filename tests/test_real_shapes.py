@@ -33,7 +33,8 @@ def test_train(workdir, real_ckpt):
 
 
 @pytest.mark.parametrize('args', [['--dtype=float32'], ['--dtype=bfloat16', '--steps=64'],
-                                  ['--dtype=float32', '--order=confidence', '--steps=64']])
+                                  ['--dtype=float32', '--order=confidence', '--steps=64'],
+                                  ['--dtype=bfloat16', '--speculate=8']])
 @pytest.mark.needs('gpt2_bpe')
 def test_sample_1024_tokens(workdir, real_ckpt, args):
     out, peak = peak_memory_run('sample.py', '--out_dir=out-real', '--num_samples=2', '--device=cpu', *args,

@@ -1,0 +1,142 @@
+"""Speculative decoding (engine.speculative): its samples against the exact joint of one token per step,
+enumerated; greedy against the argmax of full forwards; what it refuses."""
+import itertools
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from conftest import one_line_error, run_script, samples, says, tiny_mdm, tiny_model
+from engine import Sampling, Speculation, check_policy, generate, sampling_probs
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+T = 16  # tiny_model's block_size
+
+
+def full_order(known, order):
+    """The order a full forward reads a row in: the known positions left to right, then `order` (n,)."""
+    return torch.cat([known.nonzero().squeeze(1), order])
+
+
+@pytest.mark.parametrize('policy', ['random', 'l2r'])
+@pytest.mark.parametrize('k', [2, 3, 8])
+@pytest.mark.parametrize('injection', ['adaln', 'add'])
+def test_greedy_equals_the_argmax_of_full_forwards(policy, k, injection):
+    model = tiny_model(target_injection=injection).double()
+    known = torch.zeros(T, dtype=torch.bool)
+    known[[0, 1, 6, 11]] = True
+    x = torch.randint(0, 11, (6, T), generator=torch.Generator().manual_seed(0))
+    stats = Speculation()
+    x, order = generate(model, x, known, 12, Sampling(temperature=0), policy=policy, speculate=k,
+                        generator=torch.Generator().manual_seed(1), stats=stats)
+    g = int(known.sum())
+    with torch.no_grad():
+        logits, _ = model(x, torch.stack([full_order(known, o) for o in order]))
+    assert torch.equal(x.gather(1, order), logits[:, g:T].argmax(-1))  # each token the argmax given those before it
+    assert stats.forwards <= 12 and stats.tests > 0  # never more forwards than one token per step
+    assert 0 < stats.kept < stats.tests  # rows kept different numbers of drafts: the per-row cache was exercised
+
+
+def exact_joint(model, x, known, orders, n_tokens, sampling):
+    """P(x) (N,) of each completion x (N, T) under one token per step, averaged over `orders` of the unknown positions."""
+    g = int(known.sum())
+    total = torch.zeros(x.size(0), dtype=torch.float64)
+    with torch.no_grad():
+        for order in orders:
+            logits, _ = model(x, full_order(known, order).expand(x.size(0), -1))
+            probs = sampling_probs(logits[:, g:T, :n_tokens], sampling)  # (N, n, V)
+            total += probs.gather(2, x[:, order].unsqueeze(-1)).squeeze(-1).prod(1)
+    return total / len(orders)
+
+
+def chi_square(model, known, policy, sampling, n_tokens=3, rows=6000, **options):
+    """Pearson's chi-square of `rows` samples of generate(**options) against the exact joint, and its degrees of freedom."""
+    unknown = (~known).nonzero().squeeze(1)
+    n = unknown.numel()
+    completions = torch.tensor(list(itertools.product(range(n_tokens), repeat=n)))
+    x = torch.full((completions.size(0), T), 4)
+    x[:, unknown] = completions
+    orders = [torch.tensor(o) for o in itertools.permutations(unknown.tolist())] if policy == 'random' else [unknown]
+    expected = rows * exact_joint(model, x, known, orders, n_tokens, sampling)
+    drawn, _ = generate(model, torch.full((rows, T), 4), known, options.pop('steps', n), sampling, policy=policy,
+                        generator=torch.Generator().manual_seed(0), n_tokens=n_tokens, **options)
+    index = (drawn[:, unknown] * n_tokens ** torch.arange(n - 1, -1, -1)).sum(1)
+    observed = torch.bincount(index, minlength=completions.size(0)).double()
+    possible = expected > 0
+    assert observed[~possible].sum() == 0  # nothing the filtered sampler cannot draw
+    return float(((observed - expected)[possible] ** 2 / expected[possible]).sum()), int(possible.sum()) - 1
+
+
+# the chi-square's 0.999 quantile: the tests fail by chance once in a thousand seeds (they use one)
+def critical(dof):
+    return dof + 3.1 * math.sqrt(2 * dof) + 4
+
+
+@pytest.mark.parametrize('policy,sampling', [('random', Sampling()), ('l2r', Sampling()),
+                                             ('random', Sampling(temperature=0.7, top_k=2)),
+                                             ('random', Sampling(top_p=0.8))])
+def test_samples_follow_the_exact_joint_of_one_token_per_step(policy, sampling):
+    model = tiny_model().double()
+    known = torch.zeros(T, dtype=torch.bool)
+    known[:T - 3] = True  # 3 unknown positions of 3 tokens: 27 completions, enumerated
+    known[5] = False
+    known[T - 1] = True
+    for k in (2, 4):
+        chi2, dof = chi_square(model, known, policy, sampling, speculate=k)
+        assert chi2 < critical(dof), (k, chi2, dof)
+
+
+def test_the_test_tells_independent_draws_from_the_joint():
+    """The same test rejects one step for all (independent draws from one context), which speculation must not be."""
+    model = tiny_model().double()
+    known = torch.ones(T, dtype=torch.bool)
+    known[[3, 4, 9]] = False
+    chi2, dof = chi_square(model, known, 'random', Sampling(), steps=1)
+    assert chi2 > 5 * critical(dof)
+
+
+def test_refused_in_one_line():
+    with pytest.raises(ValueError, match='order=random or --order=l2r'):
+        check_policy(tiny_model(), 'confidence', 4)
+    with pytest.raises(ValueError, match='encoder'):
+        check_policy(tiny_mdm(), 'random', 4)
+    with pytest.raises(ValueError, match='steps must be the 16 unknown'):
+        generate(tiny_model(), torch.zeros(1, T, dtype=torch.long), torch.zeros(T, dtype=torch.bool), 4, speculate=2)
+
+
+# -----------------------------------------------------------------------------
+# the command line, on a checkpoint trained here
+
+def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
+    out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=2', '--device=cpu', '--order=l2r',
+                     '--start=ROMEO:', '--speculate=4', cwd=workdir)
+    texts = samples(out.stdout.split('speculative decoding:')[0])
+    assert len(texts) == 2 and all(len(t) == 32 and t.startswith('ROMEO:') for t in texts), out.stdout
+    assert re.search(r'speculative decoding: \d+ forwards, [\d.]+ tokens per forward per row', out.stdout)
+    report = tmp_path / 'gen.json'
+    run_script('gen_ppl.py', f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--num_samples=4',
+               '--batch_size=2', '--speculate=4', '--temperature=1.0,0', f'--out_json={report}',
+               f'--samples_out={tmp_path / "s.jsonl"}', '--device=cpu', cwd=workdir)
+    rows = json.loads(report.read_text())['results']
+    for row in rows:
+        s = row['speculation']
+        assert row['speculate'] == 4 and s['forwards'] <= 2 * 32 and 1 <= s['tokens_per_forward'] <= 32
+        assert s['tokens_per_forward'] <= s['tokens_per_forward_alone'] and 0 <= s['acceptance'] <= 1
+
+
+@pytest.mark.parametrize('args,parts', [
+    (['--order=confidence'], ('--order=random or --order=l2r', "'confidence'")),
+    (['--steps=4'], ('--steps=4 with --speculate', 'drop --steps')),
+    (['--speculate=-1'], ('--speculate', 'an int >= 0')),
+])
+def test_bad_speculation_is_one_line(workdir, char_ckpt, args, parts):
+    says(one_line_error('sample.py', f'--out_dir={char_ckpt}', '--device=cpu', '--speculate=2', *args,
+                        cwd=workdir), *parts)
+
+
+def test_the_encoder_is_refused_in_one_line(workdir, mdm_ckpt):
+    says(one_line_error('gen_ppl.py', f'--out_dir={mdm_ckpt}', '--device=cpu', '--speculate=2',
+                        '--scorer=none.pt', cwd=workdir), 'encoder', '--speculate=0')
