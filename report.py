@@ -40,17 +40,20 @@ def line_figure(path, title, xlabel, ylabel, series, hlines=(), logx=False, logy
     series: [(label, xs, values)] with values[i] the list over seeds at xs[i];
     hlines: [(label, values)] drawn as horizontal lines at the mean, with a band over values' range.
     """
-    fig = load_matplotlib()(figsize=(6.4, 4.2))
+    many = len(series) + len(hlines) > 6  # then the legend goes beside the axes, and no two lines share a colour
+    fig = load_matplotlib()(figsize=(10 if many else 6.4, 4.2))
     ax = fig.add_subplot()
-    for label, xs, values in series:
+    import matplotlib  # load_matplotlib found it
+    palette = matplotlib.colormaps['tab20' if many else 'tab10'].colors
+    colors = [palette[i % len(palette)] for i in range(len(series) + len(hlines))]
+    for (label, xs, values), color in zip(series, colors):
         stats = [spread(v) for v in values]
-        line, = ax.plot(xs, [s['mean'] for s in stats], marker='.' if len(xs) < 20 else None, label=label)
+        line, = ax.plot(xs, [s['mean'] for s in stats], marker='.' if len(xs) < 20 else None, label=label, color=color)
         if max(s['n'] for s in stats) > 1:
             ax.fill_between(xs, [s['min'] for s in stats], [s['max'] for s in stats], color=line.get_color(),
                             alpha=0.2, linewidth=0)
-    for i, (label, values) in enumerate(hlines):
+    for (label, values), color in zip(hlines, colors[len(series):]):
         s = spread(values)
-        color = f'C{len(series) + i}'
         ax.axhline(s['mean'], color=color, linestyle='--', label=label)
         if s['max'] > s['min']:
             ax.axhspan(s['min'], s['max'], color=color, alpha=0.15, linewidth=0)
@@ -58,9 +61,10 @@ def line_figure(path, title, xlabel, ylabel, series, hlines=(), logx=False, logy
         ax.set_xscale('log', base=2)
     if logy:
         ax.set_yscale('log')
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize='medium')
     ax.grid(alpha=0.3)
-    ax.legend(fontsize='small')
+    ax.legend(fontsize='small', **(dict(loc='upper left', bbox_to_anchor=(1.02, 1)) if many else {}))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return fig
