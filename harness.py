@@ -1,0 +1,349 @@
+"""
+An lm-evaluation-harness model (`lm-eval` on PyPI) for every checkpoint of this repo: AO-GPT,
+sigma-GPT, the left-to-right GPT and the encoder, registered as `ao-gpt`. lm_eval_ao.py runs the
+harness's command line with it; from Python:
+
+    import harness
+    from lm_eval import simple_evaluate
+    simple_evaluate(model=harness.AOGPTLM(checkpoint='out-shakespeare-char/ckpt.pt'), tasks=['lambada_openai'])
+
+model_args: checkpoint (a path or hf:owner/repo/file), use_ema, ensemble=M, score ('l2r', or
+'nelbo' for the encoder), device, dtype, max_tokens (slots per forward, as eval_ppl.py), batch_size
+('auto': as many requests as max_tokens allows, up to max_batch_size; N: at most N per forward),
+seed; for generation order, steps, temperature, top_p, top_k, speculate, max_gen_toks (the
+defaults a task's gen_kwargs override).
+
+Text in, text out with the checkpoint's own tokenizer. A text holding characters outside a char
+model's vocabulary is impossible: log-likelihood -inf (is_greedy False; generation gives ''), with
+one warning naming the characters.
+
+- loglikelihood(context, continuation): the text is encoded whole and split where the context's
+  own tokens end (trailing spaces of the context go to the continuation, the harness's rule), cut
+  from the left to block_size as the harness's HF model cuts it, and the continuation is scored
+  left to right. A decoder's start slot predicts the first token, so an empty context needs no
+  BOS. ensemble=M: each continuation token's log-prob is the mixture over M readings of its
+  context, eval_ppl.py's ensemble in the left-to-right order: member 1 reads the prefix left to
+  right, members 2..M in random orders (scoring.random_context_orders, seeded per request by its
+  place c in the call, hash((seed, c)), as eval_ppl.py seeds chunk c). is_greedy is always the
+  left-to-right distribution's argmax (member 1): the members give only the log-prob of the
+  token read, not their whole distributions.
+- The encoder (architecture=encoder): its exact left-to-right log-probs (scoring.encoder_l2r_logprobs),
+  which read every position of the text: one forward of n slots per token, n per request of n
+  tokens (context and continuation), O(n^2); is_greedy by greedy left-to-right decoding of the
+  continuation (engine.generate), one forward per continuation token. score=nelbo:
+  loglikelihood_rolling gives minus its NELBO instead, a lower bound on the log-likelihood (the
+  perplexities are then upper bounds), of the text cut into disjoint block_size chunks;
+  loglikelihood refuses it (the NELBO bounds whole texts only).
+- loglikelihood_rolling: the harness's windows (lm_eval.utils.get_rolling_token_windows with one token
+  of context, then make_disjoint_window), scored as loglikelihood scores a request (ensembles
+  included), with the start slot as the prefix token. Every forward reads the start slot first and
+  it holds no token, so a window predicts block_size - 1 tokens: the first from the start slot
+  alone, each later one after its token of context, block_size tokens in all.
+- generate_until: the prompt (cut from the left to leave max_gen_toks) as known tokens, the
+  continuation decoded by engine.generate (order, steps, temperature, top_p, top_k, speculate),
+  then cut at the first stop string (and GPT-2's end-of-text for a BPE model): an any-order decoder
+  fills every position, so it decodes all max_gen_toks (what fits in block_size) before cutting. One
+  request at a time, seeded by its place.
+
+Requests are scored longest first in batches under max_tokens (slots, plus scoring.HEAD_COST per
+slot through the head), keeping only each request's result: memory is flat in their number.
+"""
+import inspect
+import logging
+import math
+
+import torch
+from torch.nn import functional as F
+from torch.nn.utils.rnn import pad_sequence
+from tqdm import tqdm
+
+from checkpoints import checkpoint_vocab, token_count
+from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_device, check_order,
+                    check_steps, default_device, find_checkpoint, load_tokenizer, read_checkpoint,
+                    release_freed_memory)
+from configurator import check_key, check_settings, fail, one_of, optional_int
+from engine import Sampling, generate, is_encoder
+from scoring import (HEAD_COST, encoder_l2r_logprobs, ensemble_logprobs, mixture_logprobs, nelbo_estimates,
+                     random_context_orders)
+
+INSTALL = 'pip install "lm-eval>=0.4.9,<0.5"'
+try:
+    from lm_eval.api.model import LM
+    from lm_eval.api.registry import register_model
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window, simple_parse_args_string
+except ImportError:
+    raise ImportError(f'harness.py needs the lm-evaluation-harness, an optional requirement: {INSTALL}') from None
+
+log = logging.getLogger(__name__)
+START = -1  # the start slot, standing for the harness's prefix token in its rolling windows
+GPT2_EOT = '<|endoftext|>'
+GEN_KWARGS = ('until', 'max_gen_toks', 'do_sample', 'temperature', 'top_p', 'top_k')
+
+
+def whole(low):
+    return (lambda v: type(v) is int and v >= low), f'an int >= {low}'
+
+
+MODEL_ARG_RULES = {
+    'ensemble': whole(1), 'score': one_of('l2r', 'nelbo'), 'max_tokens': whole(1), 'max_batch_size': optional_int(1),
+    'seed': whole(0), 'mc_samples': whole(1), 'steps': optional_int(1), 'max_gen_toks': whole(1),
+    'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE,
+    **{k: SAMPLING_RULES[k] for k in ('order', 'top_k', 'speculate')},
+}
+
+
+@register_model('ao-gpt')
+class AOGPTLM(LM):
+    def __init__(self, checkpoint='', use_ema=True, ensemble=1, score='l2r', device=None, dtype='float32',
+                 max_tokens=32768, batch_size='auto', max_batch_size=None, seed=1337, mc_samples=32, order='l2r',
+                 steps=None, temperature=0.0, top_p=1.0, top_k=None, speculate=0, max_gen_toks=256, **unknown):
+        super().__init__()
+        for key in unknown:
+            check_key(key, self.settings(), where=' in model_args')
+        if not checkpoint:
+            fail('ao-gpt needs a checkpoint: --model_args checkpoint=path/to/ckpt.pt (or hf:owner/repo/file)')
+        check_settings(locals(), MODEL_ARG_RULES)
+        device = device or default_device()
+        check_device(device, dtype)
+        self.max_rows = requests_per_forward(batch_size, max_batch_size)
+        self.path = find_checkpoint(checkpoint, '')
+        self.model, ckpt = read_checkpoint(self.path, device, use_ema)
+        self.encoder = is_encoder(self.model)
+        if self.encoder and ensemble > 1:
+            fail('the encoder reads its context as a set, in no order, so it has no context-order ensemble: ensemble=1')
+        if not self.encoder and score == 'nelbo':
+            fail("score=nelbo is the encoder's bound; a decoder's log-likelihood is exact: score=l2r")
+        check_order(order, self.model, speculate)
+        vocab_size, self.block_size = self.model.config.vocab_size, self.model.config.block_size
+        self.encode, self.decode = load_tokenizer(ckpt, vocab_size)
+        self.vocab = checkpoint_vocab(ckpt, vocab_size)  # its characters, or 'gpt2'
+        self.n_tokens = token_count(ckpt, vocab_size)
+        self._device, self.ctx = torch.device(device), autocast(device, dtype)
+        self.ensemble, self.score, self.seed, self.mc_samples = ensemble, score, seed, mc_samples
+        self.max_tokens = max_tokens
+        self.order, self.steps, self.speculate, self.max_gen_toks = order, steps, speculate, max_gen_toks
+        self.sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
+        self.reported = set()  # the characters already named by the out-of-vocabulary warning
+        if score == 'nelbo':
+            log.warning('ao-gpt score=nelbo: loglikelihood_rolling gives minus the NELBO, a lower bound on the '
+                        'log-likelihood, so the perplexities are upper bounds')
+
+    @classmethod
+    def settings(cls):
+        """The model_args the constructor takes."""
+        return [k for k in inspect.signature(cls.__init__).parameters if k not in ('self', 'unknown')]
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict, additional_config=None):
+        """The harness's batch_size, max_batch_size and device where model_args do not set them (its
+        command line always passes a device)."""
+        harness = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        return cls(**(harness | arg_dict))
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string, additional_config=None):
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    # -------------------------------------------------------------------------
+    # the harness's three requests
+
+    def loglikelihood(self, requests):
+        """(log p(continuation | context), is_greedy) of each request; see the module docstring."""
+        if self.score == 'nelbo':
+            fail('score=nelbo bounds whole texts (loglikelihood_rolling, the perplexity tasks), not a continuation '
+                 'given a context: score=l2r')
+        readable = self.readable([context + continuation for context, continuation in (r.args for r in requests)])
+        pairs = [self.split_pair(*r.args) if ok else None for ok, r in zip(readable, requests)]
+        results = self.score_pairs(pairs, 'ao-gpt loglikelihood')
+        for request, result in zip(requests, results):
+            self.cache_hook.add_partial('loglikelihood', request.args, result)
+        return results
+
+    def loglikelihood_rolling(self, requests):
+        """log p(text) of each request, summed over its windows (or minus the NELBO with score=nelbo)."""
+        texts = [r.args[0] for r in requests]
+        docs = [self.encode(text) if ok else None for ok, text in zip(self.readable(texts), texts)]
+        if self.score == 'nelbo':
+            pieces = [(d, tokens[i:i + self.block_size]) for d, tokens in enumerate(docs) if tokens
+                      for i in range(0, len(tokens), self.block_size)]
+            scores = self.nelbo_bounds([chunk for _, chunk in pieces])
+        else:
+            pieces = [(d, window) for d, tokens in enumerate(docs) if tokens for window in self.windows(tokens)]
+            scores = [logp for logp, _ in self.score_pairs([w for _, w in pieces], 'ao-gpt loglikelihood_rolling')]
+        totals = [-math.inf if tokens is None else 0.0 for tokens in docs]
+        for (d, _), logp in zip(pieces, scores):
+            totals[d] += logp
+        for request, total in zip(requests, totals):
+            self.cache_hook.add_partial('loglikelihood_rolling', request.args, total)
+        return totals
+
+    def generate_until(self, requests):
+        """The continuation of each context, decoded by engine.generate and cut at the task's stop strings."""
+        out = []
+        for c, request in enumerate(tqdm(requests, desc='ao-gpt generate_until')):
+            out.append(self.continue_text(c, *request.args))
+            self.cache_hook.add_partial('generate_until', request.args, out[-1])
+        return out
+
+    # -------------------------------------------------------------------------
+    # text to tokens
+
+    def readable(self, texts):
+        """Whether each text is written in the vocabulary's characters; one warning naming those outside it
+        that no warning named before."""
+        unknown = [set() if self.vocab == 'gpt2' else set(text) - set(self.vocab) for text in texts]
+        new = set().union(*unknown) - self.reported
+        if new:
+            log.warning(f'ao-gpt: {sum(map(bool, unknown))} of {len(texts)} texts hold characters outside the '
+                        f'vocabulary of {self.path}, {", ".join(map(repr, sorted(new)))}: scored as impossible '
+                        f'(log-likelihood -inf)')
+            self.reported |= new
+        return [not u for u in unknown]
+
+    def split_pair(self, context, continuation):
+        """(context tokens, continuation tokens): the text encoded whole, split where the context's own tokens
+        end; trailing spaces of the context go to the continuation, as the harness's HF model does."""
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        whole, n = self.encode(context + continuation), len(self.encode(context))
+        return whole[:n], whole[n:]
+
+    def windows(self, tokens):
+        """The harness's rolling windows as (context, continuation) pairs; see the module docstring."""
+        windows = map(make_disjoint_window, get_rolling_token_windows(tokens, START, self.block_size - 1, 1))
+        return [([t for t in context if t != START], pred) for context, pred in windows]
+
+    # -------------------------------------------------------------------------
+    # scoring
+
+    def score_pairs(self, pairs, desc):
+        """(log p(continuation | context), is_greedy) of each (context, continuation) token pair; None is impossible."""
+        results = [(-math.inf, False)] * len(pairs)
+        rows = [(c, *self.fit(*pair)) for c, pair in enumerate(pairs) if pair is not None]
+        bar = tqdm(total=len(rows), desc=desc)
+        for batch in self.batches(rows):
+            if self.encoder:
+                scored = [self.encoder_l2r(x, n) for _, x, n in batch]
+            else:
+                scored = self.l2r(batch)
+                if self.ensemble > 1:
+                    scored = [(self.ensemble_logprob(c, x, n), greedy) for (c, x, n), (_, greedy) in zip(batch, scored)]
+            for (c, _, _), result in zip(batch, scored):
+                results[c] = result
+            bar.update(len(batch))
+            release_freed_memory()
+        bar.close()
+        return results
+
+    def fit(self, context, continuation):
+        """(tokens, how many of the last are scored): the context cut from the left to fit block_size."""
+        n = len(continuation)
+        if n > self.block_size:
+            fail(f'a continuation of {n} tokens does not fit in block_size {self.block_size}')
+        return (context + continuation)[-self.block_size:], n
+
+    def batches(self, rows):
+        """Rows (c, tokens, n), longest first, grouped under max_tokens: a batch's rows are padded to its
+        first one, plus HEAD_COST per slot through the head; at most max_rows rows."""
+        batch, scored = [], 0
+        for row in sorted(rows, key=lambda row: -len(row[1])):
+            width, scored = len((batch or [row])[0][1]) + 1, max(scored, row[2])
+            full = len(batch) == self.max_rows or (len(batch) + 1) * (width + HEAD_COST * scored) > self.max_tokens
+            if batch and full:
+                yield batch
+                batch, scored = [], row[2]
+            batch.append(row)
+        if batch:
+            yield batch
+
+    @torch.no_grad()
+    def l2r(self, batch):
+        """(log p of the last n tokens of x given the ones before, whether each is the argmax) of each row
+        (c, x, n), in one forward of the batch read left to right; only the scored slots reach the head."""
+        B, T = len(batch), len(batch[0][1])
+        q = max(1, max(n for _, _, n in batch))
+        x = pad_sequence([torch.tensor(row) for _, row, _ in batch], batch_first=True).to(self.device)
+        tokens = F.pad(x, (1, 0))  # the start slot's token is ignored
+        positions = torch.arange(-1, T, device=self.device).expand(B, -1)
+        targets = torch.cat([torch.arange(T), torch.tensor([-1])]).to(self.device).expand(B, -1)
+        slots = torch.stack([torch.arange(len(row) - q, len(row)).clamp(min=0) for _, row, _ in batch]).to(self.device)
+        with self.ctx:  # slot j predicts x[j]
+            logits = self.model.forward_slots(tokens, positions, targets, out_slots=slots).float()
+        wanted = x.gather(1, slots)
+        logp = F.log_softmax(logits, -1).gather(2, wanted.unsqueeze(-1)).squeeze(-1).cpu()
+        greedy = (logits.argmax(-1) == wanted).cpu()
+        return [(logp[b, q - n:].sum().item(), bool(greedy[b, q - n:].all())) for b, (_, _, n) in enumerate(batch)]
+
+    def ensemble_logprob(self, c, x, n):
+        """The log of the M members' mean probability of each of the last n tokens of x, summed: the members
+        read each token's prefix in the orders of eval_ppl.py's ensemble (seeded by c), only the scored
+        tokens' orders are queried."""
+        identity = torch.arange(len(x))
+        orders = random_context_orders(identity, self.ensemble - 1, hash((self.seed, c)))
+        scored = lambda i: orders(i) if i >= len(x) - n else torch.empty(0, i, dtype=torch.long)
+        with self.ctx:
+            members = ensemble_logprobs(self.model, torch.tensor(x, device=self.device), identity.to(self.device),
+                                        scored, self.ensemble, self.max_tokens)
+        return mixture_logprobs(members[:, len(x) - n:], self.ensemble).sum().item()
+
+    def encoder_l2r(self, x, n):
+        """The encoder's (log p of the last n tokens of x given the ones before, whether greedy decoding gives them)."""
+        logp = encoder_l2r_logprobs(self.model, torch.tensor([x]), self.max_tokens, self.ctx)[len(x) - n:].sum().item()
+        canvas = torch.tensor([x], device=self.device)
+        known = torch.arange(len(x), device=self.device) < len(x) - n
+        with self.ctx:
+            greedy, _ = generate(self.model, canvas.clone(), known, n, Sampling(temperature=0), policy='l2r')
+        return logp, bool(torch.equal(greedy, canvas))
+
+    def nelbo_bounds(self, chunks):
+        """Minus the encoder's NELBO of each chunk of tokens, a lower bound on its log-likelihood."""
+        bounds = []
+        for c, chunk in enumerate(tqdm(chunks, desc='ao-gpt NELBO')):
+            x = torch.tensor([chunk])
+            nelbo = nelbo_estimates(self.model, x, self.mc_samples, self.max_tokens, hash((self.seed, c)), self.ctx)
+            bounds.append(-nelbo.item() * x.size(1))
+        return bounds
+
+    # -------------------------------------------------------------------------
+    # generation
+
+    def continue_text(self, c, context, gen_kwargs):
+        """The text request c's context goes on with (see the module docstring)."""
+        until, max_gen_toks, sampling = self.generation(gen_kwargs)
+        if not self.readable([context])[0]:
+            return ''
+        prompt = self.encode(context)
+        new = min(max_gen_toks, self.block_size)
+        prompt = prompt[max(0, len(prompt) + new - self.block_size):]
+        x = torch.tensor([prompt + [0] * new], device=self.device)
+        known = torch.arange(x.size(1), device=self.device) < len(prompt)
+        steps = check_steps(self.steps, new, self.order, self.speculate)
+        generator = torch.Generator(self.device).manual_seed(hash((self.seed, c)))
+        with self.ctx:
+            x, _ = generate(self.model, x, known, steps, sampling, policy=self.order, generator=generator,
+                            n_tokens=self.n_tokens, speculate=self.speculate)
+        text = self.decode(x[0, len(prompt):].tolist())
+        return text[:min([text.find(s) for s in until if s and s in text], default=len(text))]
+
+    def generation(self, gen_kwargs):
+        """(stop strings, max_gen_toks, Sampling) of a request: the task's gen_kwargs over the model_args."""
+        extra = set(gen_kwargs) - set(GEN_KWARGS)
+        if extra:
+            fail(f"ao-gpt does not take the gen_kwargs {', '.join(sorted(extra))}; it takes {', '.join(GEN_KWARGS)}")
+        until = gen_kwargs.get('until') or []
+        until = ([until] if isinstance(until, str) else list(until)) + ([GPT2_EOT] if self.vocab == 'gpt2' else [])
+        sampling = self.sampling | {k: gen_kwargs[k] for k in self.sampling if gen_kwargs.get(k) is not None}
+        if gen_kwargs.get('do_sample') is False:
+            sampling['temperature'] = 0.0
+        return until, gen_kwargs.get('max_gen_toks') or self.max_gen_toks, Sampling(**sampling)
+
+
+def requests_per_forward(batch_size, max_batch_size):
+    """At most how many requests a forward reads: batch_size N, or for 'auto' (and 'auto:N', the
+    harness's) as many as max_tokens allows, up to max_batch_size."""
+    if str(batch_size).startswith('auto'):
+        return max_batch_size or math.inf
+    if not str(batch_size).isdecimal() or int(batch_size) < 1:
+        fail(f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}")
+    return int(batch_size)

@@ -1,0 +1,311 @@
+"""harness.py and lm_eval_ao.py: the lm-evaluation-harness model against direct full forwards (left to right, ensembles,
+the encoder), generation, out-of-vocabulary texts, the harness end to end offline with tasks/, one-line errors."""
+import glob
+import importlib.util
+import json
+import logging
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from conftest import ROOT, needs, one_line_error, run_script, says
+from scoring import nelbo_estimates, random_context_orders
+
+try:
+    import harness
+    from lm_eval.api.instance import Instance
+except ImportError:
+    harness = None
+pytestmark = [pytest.mark.usefixtures('one_thread'),
+              pytest.mark.skipif(harness is None, reason='needs lm-eval: pip install "lm-eval>=0.4.9,<0.5"')]
+SEED = 1337  # the model's default seed
+
+
+def make_lm(workdir, out_dir, **model_args):
+    return harness.AOGPTLM(checkpoint=str(workdir / out_dir / 'ckpt.pt'), device='cpu', **model_args)
+
+
+def requests(kind, *args):
+    return [Instance(kind, {}, a, i) for i, a in enumerate(args)]
+
+
+def random_text(rng, chars, low, high):
+    return ''.join(rng.choice(chars) for _ in range(rng.randint(low, high)))
+
+
+@torch.no_grad()
+def full_forward(model, x):
+    """log p(x_j | x_<j) and the argmax at every position, from one full forward left to right."""
+    x = torch.tensor(x)
+    logits, _ = model(x[None], torch.arange(len(x))[None])
+    logp = F.log_softmax(logits[0, :len(x)].float(), -1).double()
+    return logp.gather(1, x[:, None])[:, 0], logp.argmax(-1)
+
+
+def direct(model, x, n):
+    """(log p of the last n tokens of x given the ones before, whether each is the argmax)."""
+    logp, argmax = full_forward(model, x)
+    return logp[-n:].sum().item(), bool((argmax[-n:] == torch.tensor(x[-n:])).all())
+
+
+@torch.no_grad()
+def direct_mixture(model, x, n, m, seed):
+    """The M-order mixture of each of the last n tokens, summed, one full forward per (token, member): member 1
+    reads the prefix left to right, the others in the orders random_context_orders draws with the seed."""
+    x, identity = torch.tensor(x), torch.arange(len(x))
+    orders = random_context_orders(identity, m - 1, seed)
+    total = 0.0
+    for i in range(len(x) - n, len(x)):
+        logps = [-model(x[None], torch.cat([context, identity[i:]])[None], reduction='none')[1][0, i].double()
+                 for context in [identity[:i], *orders(i)]]
+        total += (torch.stack(logps).logsumexp(0) - math.log(m)).item()
+    return total
+
+
+@torch.no_grad()
+def greedy_tokens(model, ids, n):
+    """n tokens after ids, each the argmax of a full forward left to right (a dummy token holds the target slot)."""
+    x = list(ids)
+    for _ in range(n):
+        logits, _ = model(torch.tensor(x + [0])[None], torch.arange(len(x) + 1)[None])
+        x.append(logits[0, len(x)].argmax().item())
+    return x[len(ids):]
+
+
+def scored_tokens(lm, context, continuation):
+    """The text's tokens cut to the block, and how many are scored: those after the context's own, its trailing spaces
+    going to the continuation."""
+    whole = lm.encode(context + continuation)
+    return whole[-lm.block_size:], len(whole) - len(lm.encode(context.rstrip()))
+
+
+# -----------------------------------------------------------------------------
+# the class against direct forwards
+
+@pytest.mark.parametrize('model_args', [{}, dict(max_tokens=150), dict(batch_size=1), dict(ensemble=4),
+                                        dict(ensemble=4, max_tokens=300)])
+def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
+    lm = make_lm(workdir, char_ckpt, **model_args)
+    rng = random.Random(0)
+    letters = [c for c in lm.vocab if c.isalpha()]
+    pairs = [(random_text(rng, lm.vocab, 0, 50), random_text(rng, lm.vocab, 1, 6)) for _ in range(10)]
+    pairs += [('ROMEO: my lord ', 'and'), ('', 'KING')]  # trailing spaces go to the continuation; an empty context
+    for _ in range(3):  # continuations the model would write itself, from the context the block keeps
+        context = random_text(rng, letters, 5, 40)
+        pairs.append((context, lm.decode(greedy_tokens(lm.model, lm.encode(context)[-(lm.block_size - 3):], 3))))
+    results = lm.loglikelihood(requests('loglikelihood', *pairs))
+    expected = []
+    for c, pair in enumerate(pairs):
+        x, n = scored_tokens(lm, *pair)
+        logp, greedy = direct(lm.model, x, n)
+        if lm.ensemble > 1:
+            logp = direct_mixture(lm.model, x, n, lm.ensemble, hash((SEED, c)))
+        expected.append((logp, greedy))
+    for (logp, greedy), (want, want_greedy) in zip(results, expected):
+        assert logp == pytest.approx(want, abs=1e-4) and greedy == want_greedy
+    assert [greedy for _, greedy in results[-3:]] == [True] * 3 and not all(greedy for _, greedy in results)
+    if lm.ensemble > 1:  # the members do differ from the left-to-right reading
+        assert any(abs(want - direct(lm.model, *scored_tokens(lm, *pair))[0]) > 1e-3 for (want, _), pair in
+                   zip(expected, pairs))
+
+
+def test_rolling_windows_cover_each_token_once_within_the_block(workdir, char_ckpt):
+    lm = make_lm(workdir, char_ckpt, max_tokens=500)
+    tokens = list(range(100))
+    windows = lm.windows(tokens)
+    assert sum((pred for _, pred in windows), []) == tokens and windows[0][0] == []
+    assert all(w == tokens[w[0]:w[0] + len(w)] and len(w) <= lm.block_size for w in (c + p for c, p in windows))
+    assert all(context for context, _ in windows[1:])  # every later window reads at least one token before it
+    text = random_text(random.Random(1), lm.vocab, 100, 100)
+    [logp] = lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))
+    want = sum(direct(lm.model, context + pred, len(pred))[0] for context, pred in lm.windows(lm.encode(text)))
+    assert logp == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.parametrize('model_args,gen_kwargs', [({}, {}), (dict(speculate=2), {}),
+                                                   (dict(temperature=1.0), dict(do_sample=False))])
+def test_generate_until_stops_at_a_stop_string_and_max_gen_toks(workdir, char_ckpt, model_args, gen_kwargs):
+    lm = make_lm(workdir, char_ckpt, **model_args)  # greedy, left to right: one answer to check against
+    short, long = 'ROMEO:\nWhat', random_text(random.Random(2), lm.vocab, 40, 40)
+    free = lm.decode(greedy_tokens(lm.model, lm.encode(short), 20))
+    stop = free[4:6]
+    cut = lm.decode(greedy_tokens(lm.model, lm.encode(long)[-(lm.block_size - 6):], 6))  # the prompt keeps 32 - 6
+    out = lm.generate_until(requests('generate_until', (short, dict(until=[stop], max_gen_toks=20, **gen_kwargs)),
+                                     (long, dict(until=[], max_gen_toks=6, **gen_kwargs)),
+                                     (short, dict(until='\x00', max_gen_toks=20, **gen_kwargs))))
+    assert out == [free[:free.find(stop)], cut, free] and len(cut) == 6
+
+
+def test_sampled_generation_is_seeded_per_request(workdir, char_ckpt):
+    lm = make_lm(workdir, char_ckpt, order='random', temperature=1.0, top_k=10)
+    batch = requests('generate_until', *[('ROMEO:', dict(until=['\n\n'], max_gen_toks=12))] * 2)
+    first, again = lm.generate_until(batch), lm.generate_until(batch)
+    assert first == again and first[0] != first[1] and all(len(text) <= 12 for text in first)
+
+
+def test_the_encoder_scores_left_to_right_exactly(workdir, mdm_ckpt):
+    lm = make_lm(workdir, mdm_ckpt, max_tokens=200)
+    model, rng = lm.model, random.Random(3)
+
+    @torch.no_grad()
+    def given_prefix(x, i):  # position i read with i.. masked: (log-probs, argmax)
+        z = torch.where(torch.arange(len(x)) >= i, model.mask_id, torch.tensor(x))
+        logp = F.log_softmax(model.forward_masked(z[None])[0, i].double(), -1)
+        return logp[x[i]].item(), logp.argmax().item()
+
+    letters = [c for c in lm.vocab if c.isalpha()]
+    pairs = [(random_text(rng, letters, 0, 40), random_text(rng, lm.vocab, 1, 5)) for _ in range(5)]
+    context = lm.encode('ROMEO: my lord')
+    canvas = context + [0] * 3  # the encoder's greedy continuation, decoded left to right on its own canvas
+    for i in range(len(context), len(canvas)):
+        canvas[i] = given_prefix(canvas, i)[1]
+    pairs.append(('ROMEO: my lord', lm.decode(canvas[len(context):])))
+    results = lm.loglikelihood(requests('loglikelihood', *pairs))
+    for (logp, greedy), pair in zip(results, pairs):
+        x, n = scored_tokens(lm, *pair)
+        scored = [given_prefix(x, i) for i in range(len(x) - n, len(x))]
+        assert logp == pytest.approx(sum(p for p, _ in scored), abs=1e-4)
+        assert greedy == all(a == t for (_, a), t in zip(scored, x[-n:]))
+    assert results[-1][1] and not all(greedy for _, greedy in results)
+
+
+def test_the_encoders_nelbo_only_by_name_and_as_a_bound(workdir, mdm_ckpt):
+    lm = make_lm(workdir, mdm_ckpt, score='nelbo', mc_samples=4)
+    text = random_text(random.Random(4), lm.vocab, 70, 70)
+    [bound] = lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))
+    tokens = lm.encode(text)
+    chunks = [tokens[i:i + lm.block_size] for i in range(0, len(tokens), lm.block_size)]  # disjoint, no context
+    want = sum(-len(chunk) * nelbo_estimates(lm.model, torch.tensor([chunk]), 4, lm.max_tokens, hash((SEED, c))).item()
+               for c, chunk in enumerate(chunks))
+    assert bound == pytest.approx(want, rel=1e-5) and bound < 0
+    with pytest.raises(SystemExit, match='score=nelbo bounds whole texts'):
+        lm.loglikelihood(requests('loglikelihood', ('a', 'b')))
+
+
+def test_out_of_vocabulary_texts_are_impossible_with_one_warning(workdir, char_ckpt, caplog):
+    lm = make_lm(workdir, char_ckpt)
+    with caplog.at_level(logging.WARNING, logger='harness'):
+        results = lm.loglikelihood(requests('loglikelihood', ('a price: 5€', ' b'), ('ROMEO', ' ©'),
+                                            ('ROMEO', ' my')))
+        rolling = lm.loglikelihood_rolling(requests('loglikelihood_rolling', ('€ again',), ('fine',)))
+        generated = lm.generate_until(requests('generate_until', ('©', dict(until=['\n']))))
+    assert results[:2] == [(-math.inf, False)] * 2 and math.isfinite(results[2][0])
+    assert rolling[0] == -math.inf and math.isfinite(rolling[1]) and generated == ['']
+    [warning] = [r.getMessage() for r in caplog.records if r.name == 'harness']
+    says(warning, "'5'", "'€'", "'©'", '2 of 3 texts', 'impossible')
+
+
+# -----------------------------------------------------------------------------
+# the harness end to end, offline, on the shipped tasks
+
+def task_utils():
+    spec = importlib.util.spec_from_file_location('task_utils', os.path.join(ROOT, 'tasks', 'utils.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lambada_items(indices):
+    """(context, target) of LAMBADA items, as the task's doc_to_text and doc_to_target make them."""
+    texts = [row['text'] for row in task_utils().lambada_openai()['test'].select(indices)]
+    return [(text.rsplit(' ', 1)[0], ' ' + text.rsplit(' ', 1)[1]) for text in texts]
+
+
+def direct_lambada(lm, indices):
+    """LAMBADA's perplexity and accuracy on these items from full forwards."""
+    scores = [direct(lm.model, *scored_tokens(lm, *pair)) for pair in lambada_items(indices)]
+    return math.exp(-sum(s for s, _ in scores) / len(scores)), sum(g for _, g in scores) / len(scores)
+
+
+@pytest.mark.needs('wikitext2', 'lambada', 'gpt2_bpe')
+def test_simple_evaluate_equals_the_direct_computation(workdir, bpe_ckpt):
+    from lm_eval import simple_evaluate
+    skip_without_the_mirror()
+    lm = make_lm(workdir, bpe_ckpt)
+    out = simple_evaluate(model=lm, tasks=['lambada_openai_local', 'wikitext_local'], limit=2, bootstrap_iters=0,
+                          task_manager=task_manager())['results']
+    perplexity, accuracy = direct_lambada(lm, range(2))
+    assert out['lambada_openai_local']['perplexity,none'] == pytest.approx(perplexity, rel=1e-4)
+    assert out['lambada_openai_local']['acc,none'] == accuracy
+    utils = task_utils()
+    logp, words, size = 0.0, 0, 0
+    for doc in utils.wikitext_pages()['test'].select(range(2)):  # the harness's windows of the same tokens
+        logp += sum(direct(lm.model, context + pred, len(pred))[0]
+                    for context, pred in lm.windows(lm.encode(utils.wikitext_detokenizer(doc))))
+        words, size = words + len(re.split(r'\s+', doc['page'])), size + len(doc['page'].encode())
+    assert out['wikitext_local']['word_perplexity,none'] == pytest.approx(math.exp(-logp / words), rel=1e-4)
+    assert out['wikitext_local']['byte_perplexity,none'] == pytest.approx(math.exp(-logp / size), rel=1e-4)
+
+
+def skip_without_the_mirror():
+    if not needs('lambada', 'wikitext2'):  # '': they come from downloads, which the local tasks do not read
+        pytest.skip('the local tasks read the data mirror: set AOGPT_DATA_DIR (README, Tests)')
+
+
+def task_manager():
+    from lm_eval.tasks import TaskManager
+    return TaskManager(include_path=os.path.join(ROOT, 'tasks'))
+
+
+@pytest.mark.needs('wikitext2', 'lambada')
+def test_the_script_runs_the_harness_offline(workdir, char_ckpt, tmp_path):
+    skip_without_the_mirror()
+    items = [11, 21, 24]  # LAMBADA items in the char vocabulary; WikiText's first article is not in it
+    samples = json.dumps({'lambada_openai_local': items, 'wikitext_local': [0]})
+    result = run_script('lm_eval_ao.py', '--tasks', 'lambada_openai_local,wikitext_local', '--include_path',
+                        os.path.join(ROOT, 'tasks'), '--samples', samples, '--output_path', str(tmp_path),
+                        '--model_args', f'checkpoint={char_ckpt}/ckpt.pt', cwd=workdir)
+    [path] = glob.glob(str(tmp_path / '**' / 'results_*.json'), recursive=True)
+    with open(path) as f:
+        out = json.load(f)['results']
+    perplexity, accuracy = direct_lambada(make_lm(workdir, char_ckpt), items)
+    assert out['lambada_openai_local']['perplexity,none'] == pytest.approx(perplexity, rel=1e-4)
+    assert out['lambada_openai_local']['acc,none'] == accuracy
+    assert out['wikitext_local']['word_perplexity,none'] == math.inf
+    assert result.stderr.count('outside the vocabulary') == 1 and "'='" in result.stderr
+
+
+# -----------------------------------------------------------------------------
+# one-line errors
+
+@pytest.mark.parametrize('model_args,parts', [
+    ('checkpoint=missing.pt', ['missing.pt not found']),
+    ('checkpoint=out-char/ckpt.pt,ensembel=2', ["'ensembel' in model_args", "did you mean 'ensemble'?"]),
+    ('checkpoint=out-char/ckpt.pt,batch_size=0', ['batch_size', "'auto' or an int"]),
+    ('checkpoint=out-mdm/ckpt.pt,ensemble=2', ['encoder', 'ensemble=1']),
+    ('checkpoint=out-char/ckpt.pt,score=nelbo', ['score=l2r']),
+    ('', ['needs a checkpoint', 'checkpoint=path']),
+    ('checkpoint=out-char/ckpt.pt,dtype=float8', ['dtype', 'float32']),
+])
+def test_bad_model_args_are_one_line(workdir, char_ckpt, mdm_ckpt, model_args, parts):
+    old = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with pytest.raises(SystemExit) as e:
+            harness.AOGPTLM.create_from_arg_string(model_args, {'device': 'cpu', 'batch_size': None})
+    finally:
+        os.chdir(old)
+    message = str(e.value.code)
+    assert message.startswith('error: ') and '\n' not in message
+    says(message, *parts)
+
+
+def test_an_unknown_task_is_one_line(workdir, char_ckpt):
+    message = one_line_error('lm_eval_ao.py', '--tasks', 'no_such_task', '--model_args',
+                             f'checkpoint={char_ckpt}/ckpt.pt', cwd=workdir)
+    says(message, 'no_such_task', 'ls tasks', '--include_path tasks')
+
+
+def test_without_lm_eval_the_script_says_how_to_install_it(workdir):
+    code = ("import runpy, sys; sys.modules['lm_eval'] = None; sys.argv = ['lm_eval_ao.py', '--tasks', 'x']; "
+            f"runpy.run_path({os.path.join(ROOT, 'lm_eval_ao.py')!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 1 and result.stderr.count('\n') == 1, result.stderr
+    says(result.stderr, 'error: ', 'pip install "lm-eval>=0.4.9,<0.5"')
