@@ -27,8 +27,8 @@ decoders with their KV cache (about flat in the steps), the encoder with a full 
 (growing with the steps), with the encoder / AO-GPT ratio (the paper's Figure 4). Each generation
 is timed once, after a warm-up, the models taking turns.
 speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`) against one
-token per step, the same samples' distribution: wall time, forwards per token and the share of drafts
-kept, in random and left-to-right order, at batch 1 and batch `batch_size`. How many drafts are kept
+token per step, the same samples' distribution: wall time (median round, taking turns as above),
+forwards per token and the share of drafts kept, in random and left-to-right order, at batch 1 and batch `batch_size`. How many drafts are kept
 depends on how much the model's predictions depend on each other, so give a trained `checkpoint`
 (its block size and weights); the bench's random model keeps nearly every draft, an upper bound.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
@@ -310,32 +310,28 @@ def bench_speculation():
     T = model.config.block_size
     known = torch.zeros(T, dtype=torch.bool, device=device)
 
-    def run(order, batch, k):
-        """Seconds and the Speculation of one call: batch samples of T tokens, one token per step (k=0)
-        or speculatively with k drafts per forward."""
-        stats = Speculation()
+    def run(order, batch, k, stats=None):
+        """batch samples of T tokens, one token per step (k=0) or speculatively with k drafts per forward."""
         x = torch.zeros(batch, T, dtype=torch.long, device=device)
-        t0 = time.perf_counter()
         with autocast(device, dtype):
             generate(model, x, known, T, policy=order, generator=torch.Generator(device).manual_seed(seed),
                      n_tokens=n_tokens, speculate=k, stats=stats)
         sync()
-        return time.perf_counter() - t0, stats
 
     ks = [int(k) for k in speculate_k.split(',')]
-    run('random', 1, max(ks))  # warm-up
     rows = []
     for order in ('random', 'l2r'):
         for batch in sorted({1, batch_size}):
-            base, _ = run(order, batch, 0)
+            seconds = median_seconds({k: lambda k=k: run(order, batch, k) for k in [0] + ks})
             for k in ks:
-                seconds, stats = run(order, batch, k)
+                stats = Speculation()
+                run(order, batch, k, stats)
                 s = stats.summary()
-                rows.append([order, batch, k, f'{seconds:.2f}s', f'{base / seconds:.2f}x',
+                rows.append([order, batch, k, f'{seconds[k]:.3f}s', f'{seconds[0] / seconds[k]:.2f}x',
                              f"{1 / s['tokens_per_forward']:.2f}", f"{1 / s['tokens_per_forward_alone']:.2f}",
                              f"{100 * s['acceptance']:.0f}%"])
     print(f'speculative decoding: {what}, {model.get_num_params() / 1e6:.1f}M params, {T} tokens per sample, '
-          f'{device} {dtype}; one token per step uses 1 forward per token')
+          f'{device} {dtype}; median of {rounds} rounds; one token per step uses 1 forward per token')
     print_table(['order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept'], rows)
 
 
