@@ -65,20 +65,21 @@ sample_block_size = 1024
 sample_steps = '64,256,1024'
 speculate_k = '2,4,8,16'
 checkpoint = ''  # speculate: a trained checkpoint to decode with ('': the bench's random model)
-configure(globals(), doc=__doc__)
 # -----------------------------------------------------------------------------
-BENCHMARKS = ('train', 'eval', 'sample', 'memory', 'arch', 'speculate')
-check_settings(globals(), {
-    **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size', 'train_steps',
-                     'rounds', 'sample_block_size'], at_least(1)),
-    'run': (lambda v: v and set(v.split(',')) <= set(BENCHMARKS), f"a comma list of {', '.join(BENCHMARKS)}"),
-    'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
-                     f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
-    'speculate_k': (lambda v: all(s.isdigit() and int(s) >= 1 for s in v.split(',')), 'a comma list of ints >= 1'),
-})
-if n_embd % n_head:
-    fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
-check_device(device, dtype)
+
+
+def check_inputs():
+    check_settings(globals(), {
+        **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size',
+                         'train_steps', 'rounds', 'sample_block_size'], at_least(1)),
+        'run': (lambda v: v and set(v.split(',')) <= set(BENCHES), f"a comma list of {', '.join(BENCHES)}"),
+        'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
+                         f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
+        'speculate_k': (lambda v: all(s.isdigit() and int(s) >= 1 for s in v.split(',')), 'a comma list of ints >= 1'),
+    })
+    if n_embd % n_head:
+        fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
+    check_device(device, dtype)
 
 
 def sync():
@@ -335,7 +336,11 @@ def bench_speculation():
     print_table(['order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept'], rows)
 
 
-benchmarks = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,
-              'arch': bench_architectures, 'speculate': bench_speculation}
-for name in run.split(','):
-    benchmarks[name]()
+BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,
+           'arch': bench_architectures, 'speculate': bench_speculation}
+
+if __name__ == '__main__':
+    configure(globals(), doc=__doc__)
+    check_inputs()
+    for name in run.split(','):
+        BENCHES[name]()

@@ -8,7 +8,7 @@ Every script names its checkpoint the same way, with `init_from`:
   huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>)
 
 Nothing here stops the program: a file that cannot be used raises CheckpointError with a one-line
-message, which the scripts print as their error (common.open_checkpoint).
+message, which the scripts print as their error (common.read_checkpoint).
 """
 import os
 import warnings

@@ -37,11 +37,6 @@ os.environ.setdefault('HF_DATASETS_OFFLINE', '1')
 os.environ.setdefault('WANDB_MODE', 'offline')
 
 
-def pytest_configure(config):
-    config.addinivalue_line('markers', 'slow: the real shapes (block 1024, GPT-2 vocabulary); deselect with -m "not slow"')
-    config.addinivalue_line('markers', 'needs(*names): skip, with one line, unless these can be had (see needs())')
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     for mark in item.iter_markers('needs'):  # before the fixtures: a skipped test trains nothing

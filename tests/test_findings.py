@@ -27,7 +27,8 @@ def metrics_files(out):
 
 @pytest.fixture(scope='module')
 def smoke(workdir, tmp_path_factory, one_thread):
-    """The smoke preset run once, on the tests' synthetic play, rewriting a README: (out_dir, stdout, README)."""
+    """The smoke preset run once, on the tests' synthetic play, rewriting a README: (out_dir, stdout, README).
+    It trains two seeds of every kind, a minute or two: the tests that use it are marked slow."""
     out = tmp_path_factory.mktemp('findings') / 'smoke'
     readme = out.parent / 'README.md'
     readme.write_text(README)
@@ -35,6 +36,7 @@ def smoke(workdir, tmp_path_factory, one_thread):
     return out, result.stdout, readme
 
 
+@pytest.mark.slow
 def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
     out, stdout, _ = smoke
     for name in FIGURES:
@@ -59,6 +61,7 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
     assert 'started' in stdout
 
 
+@pytest.mark.slow
 def test_the_sweep_trains_every_point_and_the_seeds_take_the_choice(smoke):
     out, _, _ = smoke
     runs = set(os.listdir(out / 'runs'))
@@ -92,6 +95,7 @@ def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
     assert findings.own_loss('mixed', dict(val_l2r=2.0, val_ao=3.0)) == pytest.approx(2.9)
 
 
+@pytest.mark.slow
 def test_the_readme_section_is_rewritten_from_the_results(smoke):
     out, _, readme = smoke
     text = readme.read_text()
@@ -104,6 +108,7 @@ def test_the_readme_section_is_rewritten_from_the_results(smoke):
             assert f"| {finding['finding']} | {claim['claim']} |" in text and f"**{claim['verdict']}**" in text
 
 
+@pytest.mark.slow
 def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
     out, _, _ = smoke
     before = metrics_files(out)
@@ -116,6 +121,7 @@ def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
     assert [f['finding'] for f in results['findings']] == ['sweep', '1', '6']
 
 
+@pytest.mark.slow
 def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, workdir, tmp_path):
     out, _, _ = smoke
     moved = tmp_path / 'moved'
@@ -131,6 +137,7 @@ def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, wo
     assert all('[done]' in line for line in jobs[1:]) and len(jobs) == 2  # only the l2r kind's sweep: finding 2's
 
 
+@pytest.mark.slow
 def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
     out, _, _ = smoke
     says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8')
