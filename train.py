@@ -448,10 +448,25 @@ def start_metrics():
     """A new run starts a fresh metrics.jsonl; a resumed one keeps the records up to its checkpoint."""
     kept = []
     if init_from == 'resume' and os.path.exists(metrics_path):
-        with open(metrics_path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)['iter'] <= iter_num]
+        kept = [line for line, record in read_metrics() if record['iter'] <= iter_num]
     with open(metrics_path, 'w') as f:
         f.writelines(kept)
+
+
+def read_metrics():
+    """(line, record) of each line of metrics.jsonl. A kill while it was written leaves its last line cut:
+    that line is dropped, with a note; a bad line before it stops the run."""
+    with open(metrics_path) as f:
+        lines = [line if line.endswith('\n') else line + '\n' for line in f if line.strip()]
+    records = []
+    for i, line in enumerate(lines, start=1):
+        try:
+            records.append((line, json.loads(line)))
+        except json.JSONDecodeError:
+            if i < len(lines):
+                fail(f'{metrics_path}, line {i}, is not a metrics record: mend or delete that line to resume')
+            print(f'note: the last line of {metrics_path} was cut (killed while writing it): dropped')
+    return records
 
 
 def stop_on_nonfinite(what, value):

@@ -46,6 +46,16 @@ def test_loss_falls_and_everything_is_recorded(workdir, monkeypatch):
     assert not torch.equal(ckpt['ema']['lm_head.weight'], ckpt['model']['lm_head.weight'])
 
 
+def test_resume_drops_a_cut_last_metrics_line(workdir):
+    common = ['--eval_interval=5', '--lr_decay_iters=10']
+    train(workdir, 'out-cut', *common, '--max_iters=5')
+    with open(workdir / 'out-cut' / 'metrics.jsonl', 'a') as f:
+        f.write('{"iter": 7, "elapsed": 1.')  # killed while the next record was written
+    out = train(workdir, 'out-cut', *common, '--max_iters=10', '--init_from=resume')
+    says(out.stdout, 'metrics.jsonl was cut', 'dropped')
+    assert [r['iter'] for r in metrics(workdir, 'out-cut')] == [0, 5, 10]
+
+
 @pytest.mark.parametrize('order', ['mixed', 'block_random', 'encoder'])
 def test_resume_is_exact(workdir, order):
     kind = ['--architecture=encoder'] if order == 'encoder' else [f'--order={order}', '--order_block=8']
