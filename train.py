@@ -262,18 +262,20 @@ ctx = autocast(device, dtype)
 INIT_ONLY = ('target_init_std', 'gate_init')
 
 
-def check_resumed_settings(config):
-    """Fail if a model setting given in a config file or flag differs from the resumed checkpoint's:
-    the checkpoint's architecture is the one that goes on. target_init_std and gate_init shape only the
-    initial weights, which the resume replaces."""
-    names = [f.name for f in fields(GPTConfig) if f.name in overridden and f.name not in INIT_ONLY]
+def check_model_settings(config, free=()):
+    """Fail if a model setting given in a config file or flag differs from the checkpoint's that the run
+    starts from: its model is the one that goes on. target_init_std and gate_init shape only the initial
+    weights, which the checkpoint replaces; `free` names the settings the run may change."""
+    names = [f.name for f in fields(GPTConfig) if f.name in overridden and f.name not in INIT_ONLY + free]
     given = {k: overridden[k] for k in names}
     differ = [k for k, v in given.items() if v != getattr(config, k)]
     if differ:
         flags = ', '.join(f'--{k}={given[k]}' for k in differ)
         saved = ', '.join(f'{k}={getattr(config, k)}' for k in differ)
         verb, pronoun = ('differs', 'it') if len(differ) == 1 else ('differ', 'them')
-        fail(f"{flags} {verb} from the checkpoint's {saved}; drop {pronoun} to resume, or start a new out_dir")
+        fix = f'drop {pronoun} to resume, or start a new out_dir' if init_from == 'resume' else \
+            f'a run started from a checkpoint takes its model: drop {pronoun}, or train from scratch'
+        fail(f"{flags} {verb} from the checkpoint's {saved} ({init_path}); {fix}")
 
 
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
@@ -297,7 +299,7 @@ elif init_from == 'resume':
     if not {'ema', 'optimizer', 'iter_num'} <= checkpoint.keys():
         fail(f'{init_path} was not written by train.py, so it cannot be resumed: start a new run from its '
              f'weights with --init_from=<its path> and another --out_dir')
-    check_resumed_settings(model.config)
+    check_model_settings(model.config)
     vocab_note = check_vocab(checkpoint_tokens(checkpoint, model.config.vocab_size), (data_vocab, data_size), dataset)
     model.train()
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's (no flag says otherwise)
@@ -310,9 +312,11 @@ else:
     pretrained, pretrained_checkpoint = read_checkpoint(init_path)  # its EMA weights and architecture
     vocab_note = check_vocab(checkpoint_tokens(pretrained_checkpoint, pretrained.config.vocab_size),
                              (data_vocab, data_size), dataset)
+    check_model_settings(pretrained.config, free=('dropout', 'block_size'))
     model_args = {k: getattr(pretrained.config, k) for k in model_args} | {'dropout': dropout}
     model = build_model(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
+config |= {k: v for k, v in model_args.items() if k in config}  # the stored config says what is trained
 encoder = model.config.architecture == 'encoder'  # a resumed or loaded run: the checkpoint's
 if encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
     fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')

@@ -184,6 +184,8 @@ def run_script(script, *args, cwd, check=True, nproc=None):
 TINY = ['--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=32',
         '--cond_dim=16', '--block_size=32', '--batch_size=8', '--gradient_accumulation_steps=1', '--eval_iters=2',
         '--log_interval=5', '--warmup_iters=5']
+# TINY's run settings without its model's size: a run started from a checkpoint takes the checkpoint's model
+TINY_RUN = [a for a in TINY if a.split('=')[0] not in ('--n_layer', '--n_head', '--n_embd', '--cond_dim')]
 
 
 @pytest.fixture(scope='session')

@@ -122,6 +122,8 @@ TRAIN = [
      ('--n_layer=8', 'n_layer=2', 'start a new out_dir')),
     (['--init_from=resume', '--out_dir=out-char', '--dropout=0.1', '--target_injection=add', '--max_iters=0'],
      ('--dropout=0.1', '--target_injection=add', 'dropout=0.0', 'target_injection=adaln', 'drop them to resume')),
+    (['--init_from=out-char/ckpt.pt', '--out_dir=out-new', '--architecture=encoder', '--max_iters=0'],
+     ('--architecture=encoder', "checkpoint's architecture=decoder", 'takes its model', 'train from scratch')),
     (['--init_from=resume', '--out_dir=out-char', '--dataset=sized96', '--max_iters=0'],
      ('reads the ids of a 65-character', 'sized96', '96-token')),
     ([f'--init_from={AUTHORS}', '--out_dir=out-new', '--max_iters=0'],
@@ -310,7 +312,7 @@ def test_train_on_meta_with_only_vocab_size(workdir, sized_data):
 
 def test_train_from_a_checkpoint_without_ema_weights(workdir, sized_data):
     # at iteration 0 the warm-up learning rate is 0, so after one step the weights are still those read
-    out = output_of('train.py', *conftest.TINY, '--dataset=sized96', f'--init_from={SIGMA}',
+    out = output_of('train.py', *conftest.TINY_RUN, '--dataset=sized96', f'--init_from={SIGMA}',
                     '--out_dir=out-sigma-raw', '--max_iters=1', '--eval_interval=1', cwd=workdir)
     assert f'note: {SIGMA} holds no EMA weights: reading its raw weights' in out
     assert 'note: the checkpoint and sized96 give only a vocabulary size (96)' in out
