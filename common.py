@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import torch
 
 from checkpoints import GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, load_checkpoint, weights_read
-from configurator import check_settings, fail, one_of, optional_int, rank
+from configurator import check_settings, fail, int_at_least, one_of, optional_int, rank
 from engine import CONFIDENCES, POLICIES, SCHEDULES, TOP_P_MODES, check_policy
 
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -238,7 +238,7 @@ def parse_infill(template, marker, encode):
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
     'order': one_of(*POLICIES), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
     'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
-    'max_new_tokens': optional_int(1), 'speculate': (lambda v: type(v) is int and v >= 0, 'an int >= 0 (0: off)'),
+    'max_new_tokens': optional_int(1), 'speculate': int_at_least(0),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
 }
 TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')

@@ -208,6 +208,10 @@ def one_of(*choices):
     return (lambda v: v in choices), f"one of {', '.join(map(str, choices))}"
 
 
+def int_at_least(low):
+    return (lambda v: type(v) is int and v >= low), f'an int >= {low}'
+
+
 def optional_int(low):
     """None, or an int >= low (the settings whose None default means 'automatic')."""
     return (lambda v: v is None or (type(v) is int and v >= low)), f'None or an int >= {low}'

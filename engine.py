@@ -454,7 +454,8 @@ def speculative_mask(cache, m, M, k):
     read in order (then padding to M, each seeing only itself), then k - 1 more copies of its last
     slot, which see what that slot sees but not each other; every slot sees the row's cache."""
     S = M + k - 1
-    t = (torch.arange(cache.end, device=m.device) - cache.lengths.unsqueeze(1)).unsqueeze(1)  # key's place among the new
+    # each key's place among the row's new slots (negative: in its cache)
+    t = (torch.arange(cache.end, device=m.device) - cache.lengths.unsqueeze(1)).unsqueeze(1)
     s = torch.arange(S, device=m.device).view(1, S, 1)
     mm = m.view(-1, 1, 1)
     return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= M) & (t < mm - 1))).unsqueeze(1)

@@ -14,8 +14,9 @@ temperature goes with the i-th top_p instead), num_samples samples are drawn wit
 sampler (unconditional by default; start, infill, max_new_tokens and order as in sample.py, so an
 encoder checkpoint samples too, also with --order=ancestral), in batches of batch_size, all from the
 same seed; --speculate=k draws one token per step's samples by speculative decoding (as sample.py)
-and adds its forwards, tokens per forward and acceptance to the row. They go to samples_out (jsonl: ids, text and settings, one
-sample per line), so that --samples=file scores them again without sampling.
+and adds its forwards, tokens per forward and acceptance to the row. They go to samples_out (jsonl:
+ids, text and settings, one sample per line), so that --samples=file scores them again without
+sampling.
 
 scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-2 BPE ids (a name
 such as gpt2-large, or a folder written by save_pretrained; needs transformers), or one of our
@@ -43,7 +44,7 @@ from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_sampling, check_steps, default_device,
                     default_dtype, describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens,
                     read_checkpoint, read_jsonl, same_vocab)
-from configurator import check_settings, configure, fail
+from configurator import check_settings, configure, fail, int_at_least
 from engine import Sampling, Speculation, compile_forward, generate_many
 from scoring import load_scorer, score_samples, summarize
 
@@ -112,7 +113,7 @@ def grid():
 
 def check_inputs():
     check_sampling(globals())
-    at_least_one = (lambda v: type(v) is int and v >= 1, 'an int >= 1')
+    at_least_one = int_at_least(1)
     check_settings(globals(), {'num_samples': at_least_one, 'batch_size': at_least_one,
                                'score_batch_size': at_least_one})
     for key in ('out_json', 'samples_out'):

@@ -61,7 +61,7 @@ from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_device, check_order,
                     check_steps, default_device, find_checkpoint, load_tokenizer, read_checkpoint,
                     release_freed_memory)
-from configurator import check_key, check_settings, fail, one_of, optional_int
+from configurator import check_key, check_settings, fail, int_at_least, one_of, optional_int
 from engine import Sampling, generate, is_encoder
 from scoring import (HEAD_COST, encoder_l2r_logprobs, ensemble_logprobs, mixture_logprobs, nelbo_estimates,
                      random_context_orders)
@@ -80,13 +80,10 @@ GPT2_EOT = '<|endoftext|>'
 GEN_KWARGS = ('until', 'max_gen_toks', 'do_sample', 'temperature', 'top_p', 'top_k')
 
 
-def whole(low):
-    return (lambda v: type(v) is int and v >= low), f'an int >= {low}'
-
-
 MODEL_ARG_RULES = {
-    'ensemble': whole(1), 'score': one_of('l2r', 'nelbo'), 'max_tokens': whole(1), 'max_batch_size': optional_int(1),
-    'seed': whole(0), 'mc_samples': whole(1), 'steps': optional_int(1), 'max_gen_toks': whole(1),
+    'ensemble': int_at_least(1), 'score': one_of('l2r', 'nelbo'), 'max_tokens': int_at_least(1),
+    'max_batch_size': optional_int(1), 'seed': int_at_least(0), 'mc_samples': int_at_least(1),
+    'steps': optional_int(1), 'max_gen_toks': int_at_least(1),
     'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE,
     **{k: SAMPLING_RULES[k] for k in ('order', 'top_k', 'speculate')},
 }

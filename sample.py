@@ -29,7 +29,7 @@ import torch
 from checkpoints import token_count
 from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_sampling, check_steps, default_device,
                     default_dtype, find_checkpoint, load_tokenizer, prompt_tokens, read_checkpoint)
-from configurator import check_settings, configure, optional_int
+from configurator import check_settings, configure, int_at_least, optional_int
 from engine import Sampling, Speculation, compile_forward, generate
 
 # -----------------------------------------------------------------------------
@@ -61,7 +61,7 @@ compile = False
 def check_inputs():
     check_sampling(globals())
     check_settings(globals(), {'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE, 'steps': optional_int(1),
-                               'num_samples': (lambda v: type(v) is int and v >= 1, 'an int >= 1')})
+                               'num_samples': int_at_least(1)})
 
 
 def main():

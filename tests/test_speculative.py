@@ -41,7 +41,8 @@ def test_greedy_equals_the_argmax_of_full_forwards(policy, k, injection):
 
 
 def exact_joint(model, x, known, orders, n_tokens, sampling):
-    """P(x) (N,) of each completion x (N, T) under one token per step, averaged over `orders` of the unknown positions."""
+    """P(x) (N,) of each completion x (N, T) under one token per step, averaged over `orders` of the unknown
+    positions."""
     g = int(known.sum())
     total = torch.zeros(x.size(0), dtype=torch.float64)
     with torch.no_grad():
@@ -53,7 +54,8 @@ def exact_joint(model, x, known, orders, n_tokens, sampling):
 
 
 def chi_square(model, known, policy, sampling, n_tokens=3, rows=6000, **options):
-    """Pearson's chi-square of `rows` samples of generate(**options) against the exact joint, and its degrees of freedom."""
+    """Pearson's chi-square of `rows` samples of generate(**options) against the exact joint, and its degrees
+    of freedom."""
     unknown = (~known).nonzero().squeeze(1)
     n = unknown.numel()
     completions = torch.tensor(list(itertools.product(range(n_tokens), repeat=n)))
