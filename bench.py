@@ -10,7 +10,7 @@ training: tokens/s of whole training steps (order sampling, forward, backward, A
 left-to-right orders ('l2r', a plain GPT) and with the any-order mix ('mixed', 90% random
 permutations). The modes take turns, `rounds` times, and the median round of each is reported.
 
-eval ensemble: eval_ppl.py's fast ensemble (M=8) against the authors' one full forward per
+eval ensemble: eval_ppl.py's fast ensemble (of 8 context orders) against the authors' one full forward per
 (target, member), per block length, with how close the fast path gets to the sum of prefix lengths.
 
 sampling: sample.py's cached any-order sampler against the same model sampled encoder-style (no
@@ -40,12 +40,13 @@ import time
 import torch
 
 from checkpoints import token_count
-from common import autocast, check_device, peak_memory_mb, print_table, read_checkpoint, reset_peak_memory
-from configurator import at_least, check_settings, configure, fail
+from common import (at_least, autocast, check_device, check_settings, fail, peak_memory_mb, print_table,
+                    read_checkpoint, reset_peak_memory)
+from configurator import configure
 from engine import Engine, Sampling, Speculation, generate, sample_tokens, step_sizes
 from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
-from training import sample_masks, sample_orders
+from training import training_inputs
 
 device = 'cpu'
 dtype = 'float32'  # 'float32', 'bfloat16' or 'float16'
@@ -106,12 +107,9 @@ def trainer(model):
 
     def run_steps(mode, n):
         for _ in range(n):
-            if model.config.architecture == 'encoder':
-                inputs = sample_masks(batch_size, block_size)
-            else:
-                inputs = sample_orders(mode, batch_size, block_size, random_ratio=0.9),
+            inputs = training_inputs(model, x, mode)
             with ctx:
-                _, loss = step_model(x, *(t.to(device) for t in inputs))
+                _, loss = step_model(*(t.to(device) for t in inputs))
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -148,7 +146,7 @@ def bench_training():
     print(f'  any-order overhead (l2r tok/s / mixed tok/s - 1): {100 * overhead:+.1f}%')
 
 
-def bench_eval(ns=(128, 256), members=8, slow_sample=16):
+def bench_eval(ns=(128, 256), ensemble=8, slow_sample=16):
     """eval_ppl's ensemble: the fast path vs the authors' one full forward per (target, member).
 
     The slow path costs the same for every target, so it is timed on every slow_sample-th target
@@ -156,13 +154,13 @@ def bench_eval(ns=(128, 256), members=8, slow_sample=16):
     """
     torch.manual_seed(seed)
     model = build(max(ns)).eval()
-    print(f'eval ensemble: {model.get_num_params() / 1e6:.1f}M params, M={members}, {device} float32')
+    print(f'eval ensemble: {model.get_num_params() / 1e6:.1f}M params, ensemble={ensemble}, {device} float32')
     times = {}
     for n in ns:
         x, order = torch.randint(vocab_size, (n,), device=device), torch.randperm(n)
-        context_orders = random_context_orders(order, members - 1, seed)
+        context_orders = random_context_orders(order, ensemble - 1, seed)
         t0 = time.perf_counter()
-        ensemble_logprobs(model, x, order.to(device), context_orders, members, max_tokens=32768)
+        ensemble_logprobs(model, x, order.to(device), context_orders, ensemble, max_tokens=32768)
         sync()
         fast = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -175,8 +173,8 @@ def bench_eval(ns=(128, 256), members=8, slow_sample=16):
         sync()
         slow = time.perf_counter() - t0
         slow *= n / len(targets)
-        minimum = (n + 1) + (members - 1) * n * (n + 1) // 2  # sum of prefix lengths
-        slow_slots = (n + 1) * (1 + (members - 1) * n)
+        minimum = (n + 1) + (ensemble - 1) * n * (n + 1) // 2  # sum of prefix lengths
+        slow_slots = (n + 1) * (1 + (ensemble - 1) * n)
         fast_slots = (n + 1) + sum(len(b) * (b[0][0] + 1) for b in query_batches(order, context_orders, 32768))
         ideal = slow * minimum / slow_slots  # the slow path's speed per slot, on the minimal slots
         times[n] = fast, slow
@@ -219,7 +217,7 @@ def bench_sampling():
         t0 = time.perf_counter()
         with ctx:
             if cached:
-                generate(model, x, known, n_steps, policy=order, generator=generator)
+                generate(model, x, known, n_steps, order=order, generator=generator)
             else:
                 sample_uncached(model, x, n_steps, generator)
         sync()
@@ -241,10 +239,10 @@ def bench_sampling():
           f'(confidence/random: {confidence / random:.1f}x)')
 
 
-def bench_memory(chunk_counts=(1, 3), members=2):
+def bench_memory(chunk_counts=(1, 3), ensemble=2):
     """Peak memory of eval_ppl's evaluation (for 1 and 3 chunks: it must not grow) and of sample.py,
     at block sample_block_size with the bench's vocabulary. The ensemble's memory is bounded by
-    max_tokens whatever M, so a small M keeps this quick."""
+    max_tokens whatever its size, so a small ensemble keeps this quick."""
     torch.manual_seed(seed)
     T = sample_block_size
     ctx = autocast(device, dtype)
@@ -255,8 +253,8 @@ def bench_memory(chunk_counts=(1, 3), members=2):
     for count in chunk_counts:
         chunks = torch.randint(vocab_size, (count, T))
         reset_peak_memory(device)
-        score_chunks(model, chunks, members, 32768, seed, ctx)
-        print(f'  eval_ppl  M={members}, {count} chunk(s) of {T}: {peak_memory_mb(device):8,.0f} MB')
+        score_chunks(model, chunks, ensemble, 32768, seed, ctx)
+        print(f'  eval_ppl  ensemble={ensemble}, {count} chunk(s) of {T}: {peak_memory_mb(device):8,.0f} MB')
     x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
     reset_peak_memory(device)
     with ctx:
@@ -315,7 +313,7 @@ def bench_speculation():
         """batch samples of T tokens, one token per step (k=0) or speculatively with k drafts per forward."""
         x = torch.zeros(batch, T, dtype=torch.long, device=device)
         with autocast(device, dtype):
-            generate(model, x, known, T, policy=order, generator=torch.Generator(device).manual_seed(seed),
+            generate(model, x, known, T, order=order, generator=torch.Generator(device).manual_seed(seed),
                      n_tokens=n_tokens, speculate=k, stats=stats)
         sync()
 

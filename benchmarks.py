@@ -7,12 +7,12 @@ as the authors' trainer does on WikiText-103.
 """
 import os
 import re
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 
-from common import GPT2_VOCAB, check_vocab, dataset_vocab, gpt2_encoding, read_jsonl, read_lines
-from configurator import fail
+from common import GPT2_VOCAB, check_vocab, dataset_vocab, fail, gpt2_encoding, read_jsonl, read_lines
 
 LAMBADA_URL = 'https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl'
 MAP_SHARDS, MAP_BATCH = 8, 1000  # the authors' datasets.map(batched=True, num_proc=8) and its batch size
@@ -92,20 +92,34 @@ def ptb_rows(path):
     return [line.strip() for line in read_lines(path)]
 
 
-# name -> Hub (path, config, column) or URL, local files per split, their rows, detokenizer
+class Hub(NamedTuple):
+    """A set on the Hugging Face Hub: load_dataset(path, config)[column]."""
+    path: str
+    config: str | None
+    column: str
+
+
+class BenchmarkSet(NamedTuple):
+    """A zero-shot set: where its rows come from, and the authors' rule that restores their text."""
+    source: Hub | str  # the Hub's copy, or a URL
+    files: dict  # split -> its local copy, under --data_dir
+    read_rows: Callable  # the rows of a local copy, as the source serves them
+    detokenize: Callable
+
+
 SETS = {
-    'wikitext2': (('Salesforce/wikitext', 'wikitext-2-raw-v1', 'text'),
-                  {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
-                  wikitext_rows, wikitext_detokenize),
+    'wikitext2': BenchmarkSet(Hub('Salesforce/wikitext', 'wikitext-2-raw-v1', 'text'),
+                              {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
+                              wikitext_rows, wikitext_detokenize),
     # WikiText-103 shares its validation and test splits with WikiText-2
-    'wikitext103': (('Salesforce/wikitext', 'wikitext-103-raw-v1', 'text'),
-                    {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
-                    wikitext_rows, wikitext_detokenize),
-    'ptb': (('ptb_text_only', None, 'sentence'),
-            {'test': 'ptb/ptb.test.txt', 'validation': 'ptb/ptb.valid.txt'}, ptb_rows, ptb_detokenize),
-    'lambada': (LAMBADA_URL, {'test': 'lambada/lambada_test.jsonl'}, read_text_file, lambada_detokenize),
-    'lm1b': (('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'}, read_lines,
-             lm1b_detokenize),
+    'wikitext103': BenchmarkSet(Hub('Salesforce/wikitext', 'wikitext-103-raw-v1', 'text'),
+                                {'test': 'wikitext-2-raw/wiki.test.raw', 'validation': 'wikitext-2-raw/wiki.valid.raw'},
+                                wikitext_rows, wikitext_detokenize),
+    'ptb': BenchmarkSet(Hub('ptb_text_only', None, 'sentence'),
+                        {'test': 'ptb/ptb.test.txt', 'validation': 'ptb/ptb.valid.txt'}, ptb_rows, ptb_detokenize),
+    'lambada': BenchmarkSet(LAMBADA_URL, {'test': 'lambada/lambada_test.jsonl'}, read_text_file, lambada_detokenize),
+    'lm1b': BenchmarkSet(Hub('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'},
+                         read_lines, lm1b_detokenize),
 }
 BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
 KNOWN = (*SETS, *BIN_SETS)
@@ -126,23 +140,30 @@ def download(url):
 
 def load_rows(name, split, data_dir=''):
     """The rows of a known set's split: from data_dir if given, else from the Hub / URL."""
-    source, local, local_rows, _ = SETS[name]
+    benchmark = SETS[name]
     if data_dir:
-        if split not in local:
-            fail(f"{name} has no local '{split}' split (local: {', '.join(local)}); drop --data_dir to "
+        # the scripts' data_dir defaults to AOGPT_DATA_DIR: say which of the two named a wrong folder
+        given = 'AOGPT_DATA_DIR' if data_dir == os.environ.get('AOGPT_DATA_DIR') else '--data_dir'
+        drop = 'unset AOGPT_DATA_DIR' if given == 'AOGPT_DATA_DIR' else 'drop --data_dir'
+        if split not in benchmark.files:
+            fail(f"{name} has no local '{split}' split (local: {', '.join(benchmark.files)}); {drop} to "
                  f"load it from the Hub, or pass --data_file")
-        path = os.path.join(data_dir, local[split])
+        if not os.path.isdir(data_dir):
+            fail(f"{given}={data_dir} {'is a file' if os.path.exists(data_dir) else 'does not exist'}: point it "
+                 f'at the folder of local copies (the data mirror), or {drop} to load {name} from the Hub')
+        path = os.path.join(data_dir, benchmark.files[split])
         if not os.path.exists(path):
-            fail(f'{path} not found (the local copy of {name} {split})')
-        return local_rows(path)
+            fail(f'{path} not found (the local copy of {name} {split}, in {given}={data_dir}): point {given} at a '
+                 f'mirror that holds it, or {drop} to load {name} from the Hub')
+        return benchmark.read_rows(path)
+    source = benchmark.source
     try:
         if isinstance(source, str):  # LAMBADA: OpenAI's file, test split only
             if split != 'test':
                 fail(f"lambada has only a 'test' split, got --split={split}")
             return read_text_file(download(source))
         from datasets import load_dataset
-        path, config, column = source
-        return list(load_dataset(path, config, split=split)[column])
+        return list(load_dataset(source.path, source.config, split=split)[source.column])
     except (ConnectionError, OSError, ImportError) as e:
         fail(f'could not fetch {name} ({type(e).__name__}: {str(e).splitlines()[0]}); without network, '
              f'point --data_dir at local copies or pass --data_file=path')
@@ -212,7 +233,7 @@ def load_tokens(name, split='test', data_dir='', pipeline='paper'):
         fail(f'{name} holds no text')
     if pipeline == 'clean':
         rows = [row.strip() for row in rows if row.strip()]
-    return encode_rows(rows, SETS[name][3] if name in SETS else None), ('gpt2', GPT2_VOCAB)
+    return encode_rows(rows, SETS[name].detokenize if name in SETS else None), ('gpt2', GPT2_VOCAB)
 
 
 def check_tokens(name, docs, data, model, n):

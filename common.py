@@ -1,6 +1,7 @@
 """
-What the scripts share besides the model: devices and dtypes, memory, checkpoints and tokenizers as
-one-line errors, the sampling settings and prompts of sample.py and gen_ppl.py, small file readers.
+What the scripts share besides the model: one-line errors and the rules their settings follow, devices
+and dtypes, memory, checkpoints and tokenizers as one-line errors, the sampling settings and prompts
+of sample.py and gen_ppl.py, small file readers.
 """
 import ctypes
 import json
@@ -14,11 +15,60 @@ from contextlib import nullcontext
 import torch
 
 from checkpoints import GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, load_checkpoint, weights_read
-from configurator import check_settings, fail, int_at_least, one_of, optional_int, rank
-from engine import CONFIDENCES, POLICIES, SCHEDULES, TOP_P_MODES, check_policy
+from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, check_order
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 SAMPLE_DTYPES = ('float64', 'float32')
+
+
+# -----------------------------------------------------------------------------
+# one-line errors, and the rules of settings: (test, what the value must be)
+
+def rank():
+    """This process's rank under torchrun, 0 otherwise."""
+    return int(os.environ.get('RANK', 0))
+
+
+def fail(message):
+    """Stop a script with a one-line error (no traceback); under torchrun only rank 0 says it."""
+    raise SystemExit(f'error: {message}' if rank() == 0 else 1)
+
+
+def check_settings(namespace, rules):
+    """Fail with one line on the first setting that breaks its rule; rules: {key: (test, what)}."""
+    for key, (test, what) in rules.items():
+        value = namespace[key]
+        try:
+            ok = test(value)
+        except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
+            ok = False
+        if not ok:
+            fail(f'--{key} must be {what}, got {value!r}')
+
+
+def at_least(low):
+    return (lambda v: v >= low), f'at least {low}'
+
+
+def above(low):
+    return (lambda v: v > low), f'> {low}'
+
+
+def between(low, high):
+    return (lambda v: low <= v <= high), f'in [{low}, {high}]'
+
+
+def one_of(*choices):
+    return (lambda v: v in choices), f"one of {', '.join(map(str, choices))}"
+
+
+def int_at_least(low):
+    return (lambda v: type(v) is int and v >= low), f'an int >= {low}'
+
+
+def optional_int(low):
+    """None, or an int >= low (the settings whose None default means 'automatic')."""
+    return (lambda v: v is None or (type(v) is int and v >= low)), f'None or an int >= {low}'
 
 
 def default_device():
@@ -214,6 +264,29 @@ def load_hf_causal_lm(name, device):
 # -----------------------------------------------------------------------------
 # the sampling settings and prompts of sample.py and gen_ppl.py
 
+SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into their globals (--help lists them)
+    init_from='resume',  # the sampler: 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
+    out_dir='out-shakespeare-char',
+    use_ema=True,  # the EMA weights, as evaluated during training (the raw ones if there are none)
+    start='',  # a prefix, or FILE:path to read it from
+    infill='',  # a template such as "The [MASK] sat on the [MASK:5]."; not with start
+    mask_token='[MASK]',
+    max_new_tokens=None,  # tokens after start; None fills the block
+    steps=None,  # decoding steps; None: one token per step
+    schedule='linear',  # 'linear' or 'cosine'
+    order='random',  # 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
+    confidence='maxprob',  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
+    speculate=0,  # k > 0: one token per step's samples by speculative decoding, up to k drafts per forward
+    temperature=1.0,  # 0: greedy
+    top_k=None,  # sample from the top_k most likely tokens only
+    top_p=1.0,  # nucleus sampling: the smallest set of tokens with this much probability
+    top_p_mode='nucleus',  # 'nucleus' keeps the token that crosses top_p, 'authors' drops it (their sampler)
+    sample_dtype='float64',  # precision of the sampling probabilities and CDF: 'float64' or 'float32'
+    seed=1337,
+    compile=False,  # torch.compile the forward that decoding runs
+)
+
+
 def parse_infill(template, marker, encode):
     """Token ids and a known-mask for an infill template: marker is one masked token, and with a
     count before its last character (e.g. [MASK:5]) that many."""
@@ -236,7 +309,7 @@ def parse_infill(template, marker, encode):
 
 
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
-    'order': one_of(*POLICIES), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
+    'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
     'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
     'max_new_tokens': optional_int(1), 'speculate': int_at_least(0),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
@@ -293,12 +366,20 @@ def check_steps(steps, n, order='random', speculate=0):
     return n_steps
 
 
-def check_order(order, model, speculate=0):
-    """Fail unless the model can decode in `order`, speculatively if speculate > 0 (engine.check_policy)."""
+def check_decoding(order, model, speculate=0):
+    """Fail unless the model can decode in `order`, speculatively if speculate > 0 (engine.check_order)."""
     try:
-        check_policy(model, order, speculate)
+        check_order(model, order, speculate)
     except ValueError as e:
         fail(e)
+
+
+def sampling_options(settings, **point):
+    """engine.Sampling and generate's decoding options from a script's SAMPLING_SETTINGS; point overrides
+    some of them (gen_ppl.py's grid point: temperature and top_p)."""
+    s = settings | point
+    sampling = Sampling(s['temperature'], s['top_k'], s['top_p'], s['top_p_mode'], getattr(torch, s['sample_dtype']))
+    return sampling, {key: s[key] for key in ('schedule', 'order', 'confidence', 'speculate')}
 
 
 # -----------------------------------------------------------------------------

@@ -11,23 +11,28 @@ and is run as
     python train.py config/x.py --key=value --key value --some_bool_flag
 
 Arguments are applied left to right, so a later one wins:
-- a path (no leading --) is a python config file; its plain values (int, float, bool, str,
+- a path (no leading -) is a python config file; its plain values (int, float, bool, str,
   None) whose names do not start with _ override the settings; imports and helpers are ignored,
   and a list, tuple, dict or set is an error (an explicit order goes in a file: train.py --order_file)
 - --key=value or --key value overrides one setting; the text is parsed by the type of the
   default (a str stays as typed, a None default goes through ast.literal_eval)
-- an int setting takes a whole number written as a float (1e3, 1000.0), in a file or a flag alike
+- a whole number written as a float (1e3, 1000.0) is an int wherever the default is an int or None
+  (a None default stands for an optional int: top_k, steps, ...), in a file or a flag alike; 1.5 is
+  refused where an int is expected
 - --key alone sets a bool setting to True
-- --help or -h lists every setting with its default and exits
+- --help or -h lists every setting with its default and exits; any other -x is an error
 
 A mistake (unknown key, bad value, missing or broken file) stops the script with one line on
-stderr; under torchrun only rank 0 prints it. check_settings() checks ranges the same way.
+stderr (common.fail); under torchrun only rank 0 prints it. common.check_settings() checks ranges
+the same way.
 """
 import ast
 import difflib
 import math
 import os
 import sys
+
+from common import fail, rank
 
 PLAIN_TYPES = (int, float, bool, str, type(None))
 DATA_TYPES = (list, tuple, dict, set)  # never silently dropped, whatever their name
@@ -55,6 +60,9 @@ def configure(namespace, keys=None, argv=None, doc=None):
     overrides = {}
     while args:
         arg = args.pop(0)
+        if arg.startswith('-') and not arg.startswith('--'):  # a flag with one dash, not a config file
+            fail(f"'{arg}' is not an option: settings take two dashes, --key=value (did you mean -{arg}?); "
+                 f"--help lists them")
         if not arg.startswith('--'):
             for key, value in read_config_file(arg, keys).items():
                 check_key(key, keys, where=f' in {arg}')
@@ -75,16 +83,6 @@ def configure(namespace, keys=None, argv=None, doc=None):
             print(f'override: {key} = {value!r}')
     namespace.update(overrides)
     return overrides
-
-
-def rank():
-    """This process's rank under torchrun, 0 otherwise."""
-    return int(os.environ.get('RANK', 0))
-
-
-def fail(message):
-    """Stop a script with a one-line error (no traceback); under torchrun only rank 0 says it."""
-    raise SystemExit(f'error: {message}' if rank() == 0 else 1)
 
 
 def read_config_file(path, keys=()):
@@ -134,12 +132,12 @@ def parse_text(key, text, default):
         except ValueError:
             pass
         try:
-            number = float(text)  # scientific notation such as 2e5 is handy for iteration counts
+            number = whole(float(text))  # scientific notation such as 2e5 is handy for iteration counts
         except ValueError:
             number = None
-        if not is_integral(number):
+        if not isinstance(number, int):
             fail(f'--{key} expects an int, got {text!r}')
-        return int(number)
+        return number
     if isinstance(default, float):
         try:
             number = float(text)
@@ -151,25 +149,26 @@ def parse_text(key, text, default):
     if isinstance(default, str):
         return text
     try:  # a None default says nothing about the type, so take a python literal if it is one
-        return ast.literal_eval(text)
+        return whole(ast.literal_eval(text))
     except (ValueError, SyntaxError):
         return text
 
 
-def is_integral(value):
-    """A float that is a whole number (1000.0, 1e3), which an int setting takes as that int."""
-    return isinstance(value, float) and value.is_integer()
+def whole(value):
+    """A float that is a whole number (1000.0, 1e3) as that int, the one rule for ints written as floats;
+    any other value as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def check_value(name, value, default):
     """Check a python value from a config file against the type of the default."""
     if default is None:
-        return value
+        return whole(value)
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int):
-        ok = (isinstance(value, int) and not isinstance(value, bool)) or is_integral(value)
-        value = int(value) if ok else value
+        value = whole(value)
+        ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         value = float(value) if ok else value
@@ -178,43 +177,6 @@ def check_value(name, value, default):
     if not ok:
         fail(f'{name} expects {article(type(default).__name__)}, got {value!r}')
     return value
-
-
-def check_settings(namespace, rules):
-    """Fail with one line on the first setting that breaks its rule; rules: {key: (test, what)}."""
-    for key, (test, what) in rules.items():
-        value = namespace[key]
-        try:
-            ok = test(value)
-        except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
-            ok = False
-        if not ok:
-            fail(f'--{key} must be {what}, got {value!r}')
-
-
-def at_least(low):
-    return (lambda v: v >= low), f'at least {low}'
-
-
-def above(low):
-    return (lambda v: v > low), f'> {low}'
-
-
-def between(low, high):
-    return (lambda v: low <= v <= high), f'in [{low}, {high}]'
-
-
-def one_of(*choices):
-    return (lambda v: v in choices), f"one of {', '.join(map(str, choices))}"
-
-
-def int_at_least(low):
-    return (lambda v: type(v) is int and v >= low), f'an int >= {low}'
-
-
-def optional_int(low):
-    """None, or an int >= low (the settings whose None default means 'automatic')."""
-    return (lambda v: v is None or (type(v) is int and v >= low)), f'None or an int >= {low}'
 
 
 def article(type_name):

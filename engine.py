@@ -18,8 +18,8 @@ import torch
 from tqdm import tqdm
 
 SCHEDULES = ('linear', 'cosine')
-POLICIES = ('random', 'l2r', 'confidence', 'ancestral')  # which masked positions a step decodes
-SPECULATIVE_POLICIES = ('random', 'l2r')  # the orders speculative decoding can keep exact
+ORDERS = ('random', 'l2r', 'confidence', 'ancestral')  # which masked positions a step decodes
+SPECULATIVE_ORDERS = ('random', 'l2r')  # the orders speculative decoding can keep exact
 CONFIDENCES = ('maxprob', 'entropy')
 TOP_P_MODES = ('nucleus', 'authors')
 
@@ -163,37 +163,33 @@ class EncoderEngine:
         """Nothing to keep: the canvas holds every token the steps were given."""
 
 
-def is_encoder(model):
-    return model.config.architecture == 'encoder'
-
-
 def make_engine(model, batch_size, length):
     """The engine that decodes rows of `length` tokens with `model`: the encoder's or the cached decoder's."""
-    if is_encoder(model):
+    if model.config.is_encoder:
         return EncoderEngine(model, batch_size, length)
     # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
     # its own that it would compile again for
     return Engine(model, batch_size, length + 1)
 
 
-def check_policy(model, policy, speculate=0):
-    """Raise ValueError unless `model` can decode by `policy`, speculatively if speculate > 0: the
+def check_order(model, order, speculate=0):
+    """Raise ValueError unless `model` can decode in `order`, speculatively if speculate > 0: the
     ancestral rule needs the encoder; speculation a decoder (the exact joint of an order in one
     forward) and an order known before decoding starts."""
-    if policy == 'ancestral' and not is_encoder(model):
-        raise ValueError("the ancestral policy is MDLM's sampler for the encoder (architecture=encoder), and this "
+    if order == 'ancestral' and not model.config.is_encoder:
+        raise ValueError("order=ancestral is MDLM's sampler for the encoder (architecture=encoder), and this "
                          "model is a decoder: use random, l2r or confidence")
-    if speculate and is_encoder(model):
+    if speculate and model.config.is_encoder:
         raise ValueError('speculative decoding checks drafts against the exact joint of an order, which the encoder '
                          'does not give: sample the encoder with --speculate=0')
-    if speculate and policy not in SPECULATIVE_POLICIES:
-        raise ValueError(f"speculative decoding needs the order before decoding starts, and {policy!r} chooses it "
+    if speculate and order not in SPECULATIVE_ORDERS:
+        raise ValueError(f"speculative decoding needs the order before decoding starts, and {order!r} chooses it "
                          f"from the predictions: use --order=random or --order=l2r with --speculate")
 
 
 def compile_forward(model):
     """torch.compile the forward that decoding runs, with dynamic shapes (the steps vary in size)."""
-    name = 'forward_masked' if is_encoder(model) else 'forward_slots'
+    name = 'forward_masked' if model.config.is_encoder else 'forward_slots'
     setattr(model, name, torch.compile(getattr(model, name), dynamic=True))
 
 
@@ -290,13 +286,13 @@ def confidence_scores(logits, kind):
 
 
 @torch.no_grad()
-def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', policy='random', confidence='maxprob',
+def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', order='random', confidence='maxprob',
              generator=None, n_tokens=None, progress=False, on_step=None, reuse_forward=True, speculate=0, stats=None):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
     to right, in one forward with the first step; then the n unknown positions are decoded in
-    `steps` steps, chosen by `policy` (see POLICIES; 'confidence' ranks by `confidence`;
+    `steps` steps, chosen by `order` (see ORDERS; 'confidence' ranks by `confidence`;
     'ancestral' is `ancestral`, with reuse_forward). Tokens are drawn by `sampling`, from ids below
     n_tokens only if given (the ids past it pad the vocabulary table and have no text).
     on_step(targets, logits), if given, sees each step's positions (B, k) and logits (not with
@@ -308,23 +304,23 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
         if steps != int((~known).sum()):
             raise ValueError(f'speculative decoding draws one token per step exactly, so steps must be the '
                              f'{int((~known).sum())} unknown positions, got {steps}')
-        return speculative(model, x, known, speculate, sampling, policy=policy, generator=generator,
+        return speculative(model, x, known, speculate, sampling, order=order, generator=generator,
                            n_tokens=n_tokens, progress=progress, stats=stats)
-    if policy == 'ancestral':
+    if order == 'ancestral':
         return ancestral(model, x, known, steps, sampling, schedule=schedule, generator=generator, n_tokens=n_tokens,
                          progress=progress, reuse_forward=reuse_forward)
     B, T = x.shape
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
     given = known.nonzero().squeeze(1).expand(B, -1)
-    if policy == 'random':
+    if order == 'random':
         masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=x.device).argsort(1))
     engine = make_engine(model, B, T)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
-        candidates = masked if policy == 'confidence' else masked[:, :k]
+        candidates = masked if order == 'confidence' else masked[:, :k]
         logits = engine.step(x.gather(1, positions.clamp(min=0)), positions, candidates)[..., :n_tokens]
-        if policy == 'confidence':
+        if order == 'confidence':
             pick = confidence_scores(logits, confidence).topk(k, dim=1).indices  # most confident first
             targets = candidates.gather(1, pick)
             logits = logits.gather(1, pick.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
@@ -368,11 +364,11 @@ class Speculation:
 
 
 @torch.no_grad()
-def speculative(model, x, known, k, sampling=Sampling(), *, policy='random', generator=None, n_tokens=None,
+def speculative(model, x, known, k, sampling=Sampling(), *, order='random', generator=None, n_tokens=None,
                 progress=False, stats=None):
     """Fill the unknown positions of x (B, T) in place by any-subset speculative decoding (Guo & Ermon,
     arXiv 2504.20456) with up to k drafts per forward; return x and the decoding order (B, n). The
-    samples are distributed exactly as generate's with one token per step in the same order (policy
+    samples are distributed exactly as generate's with one token per step in the same order (order
     'random' or 'l2r'), `sampling` included (greedy gives its output).
 
     Each row reads its slots in one order: the start slot, the known positions left to right, then the
@@ -385,11 +381,11 @@ def speculative(model, x, known, k, sampling=Sampling(), *, policy='random', gen
     drafts again from the same forward's copies. Each row keeps its own number of tokens per forward
     in its own cache length (RowCache). stats (a Speculation), if given, adds up what was done.
     """
-    check_policy(model, policy, k)
+    check_order(model, order, k)
     B, T = x.shape
     dev = x.device
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
-    if policy == 'random':
+    if order == 'random':
         masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=dev).argsort(1))
     given = known.nonzero().squeeze(1).expand(B, -1)
     none = torch.full((B, 1), -1, device=dev)
@@ -404,9 +400,9 @@ def speculative(model, x, known, k, sampling=Sampling(), *, policy='random', gen
     bar = tqdm(total=B * masked.size(1), disable=not progress, desc='tokens')
     while (live := decided < total).any():
         m = torch.where(live, decided + drafted - read, 0)  # each row's new slots: 1 (or the prompt), then drafts
-        M = int(m.max())
+        width = int(m.max())  # the new slots of the longest row; the others are padded to it
         last = (m - 1).clamp(min=0).unsqueeze(1)
-        col = torch.arange(M, device=dev)
+        col = torch.arange(width, device=dev)
         real = col < m.unsqueeze(1)
         index = read.unsqueeze(1) + col
         positions = torch.where(real, seq.gather(1, index), -1)
@@ -414,11 +410,11 @@ def speculative(model, x, known, k, sampling=Sampling(), *, policy='random', gen
         positions = torch.cat([positions, positions.gather(1, last).expand(B, k - 1)], 1)
         targets = torch.cat([targets, torch.where(live.unsqueeze(1), seq.gather(1, (read + m).unsqueeze(1) + copies),
                                                   -1)], 1)
-        cache.begin(M + k - 1)
-        P = M - 1 if drafted.any() else 0  # slots that test drafts
-        out = torch.cat([torch.arange(P, device=dev).expand(B, P), last, M - 1 + copies.expand(B, k - 1)], 1)
+        cache.begin(width + k - 1)
+        P = width - 1 if drafted.any() else 0  # slots that test drafts
+        out = torch.cat([torch.arange(P, device=dev).expand(B, P), last, width - 1 + copies.expand(B, k - 1)], 1)
         logits = model.forward_slots(x.gather(1, positions.clamp(min=0)), positions, targets, cache,
-                                     speculative_mask(cache, m, M, k), out_slots=out)[..., :n_tokens]
+                                     speculative_mask(cache, m, width, k), out_slots=out)[..., :n_tokens]
         kept = torch.zeros_like(read)
         rejected = torch.zeros_like(live)
         if P:
@@ -449,16 +445,16 @@ def speculative(model, x, known, k, sampling=Sampling(), *, policy='random', gen
     return x, masked
 
 
-def speculative_mask(cache, m, M, k):
-    """(B, 1, S, end) attention of a speculative forward's S = M + k - 1 new slots: row b's m[b] slots
-    read in order (then padding to M, each seeing only itself), then k - 1 more copies of its last
+def speculative_mask(cache, m, width, k):
+    """(B, 1, S, end) attention of a speculative forward's S = width + k - 1 new slots: row b's m[b] slots
+    read in order (then padding to width, each seeing only itself), then k - 1 more copies of its last
     slot, which see what that slot sees but not each other; every slot sees the row's cache."""
-    S = M + k - 1
+    S = width + k - 1
     # each key's place among the row's new slots (negative: in its cache)
     t = (torch.arange(cache.end, device=m.device) - cache.lengths.unsqueeze(1)).unsqueeze(1)
     s = torch.arange(S, device=m.device).view(1, S, 1)
     mm = m.view(-1, 1, 1)
-    return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= M) & (t < mm - 1))).unsqueeze(1)
+    return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= width) & (t < mm - 1))).unsqueeze(1)
 
 
 def test_drafts(x, seq, logits, q, read, decided, drafted, sampling, generator):
@@ -507,7 +503,7 @@ def ancestral(model, x, known, steps, sampling=Sampling(), *, schedule='linear',
     token has changed since: steps that reveal nothing cost nothing. reuse_forward=False runs one
     every step instead, for the same samples.
     """
-    check_policy(model, 'ancestral')
+    check_order(model, 'ancestral')
     B, T = x.shape
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
     x.scatter_(1, masked, model.mask_id)  # x is the canvas: [MASK] where nothing is revealed yet

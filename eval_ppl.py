@@ -28,17 +28,17 @@ one concatenation.
 Each chunk x gets a seeded uniformly random order. Reported per set:
 - l2r: perplexity in the left-to-right order (--l2r_dtype; 'auto' is the authors' choice: bf16
   autocast on a GPU that has it, float32 for a Hugging Face model and on the CPU);
-- M=1 (any-order): exp of the mean of -log p(x[order_i] | x[order_<i]);
-- M=2, 4, ...: -log of p averaged over M members, member 1 reading the context set x[order_<i] in
-  that order and members 2..M in independent uniform orders; the members are nested, so one
-  run gives the whole curve up to --ensemble.
+- any-order (ensemble=1): exp of the mean of -log p(x[order_i] | x[order_<i]);
+- ensemble=2, 4, ...: -log of p averaged over that many members, member 1 reading the context set
+  x[order_<i] in that order and the others in independent uniform orders; the members are nested,
+  so one run gives the whole curve up to --ensemble.
 Any-order and ensemble numbers are computed in --dtype: float32 by default, as the authors' AO-GPT
 scripts; their sigma-GPT any-order script used bf16 autocast (--dtype=bfloat16).
 A Hugging Face model scores tokens 2..block_size of each chunk (the first has no context), as the
 authors scored GPT-2.
 
 An encoder checkpoint (architecture=encoder, known from the checkpoint) reads its context as a set,
-so it has no context orders (M=2.. read n/a). Its l2r is exact, position i read with positions i..
+so it has no context orders (ensemble=2.. read n/a). Its l2r is exact, position i read with positions i..
 masked: n forwards per chunk, O(n^2) work (--encoder_l2r=False skips it). Its any-order column is
 the NELBO bound exp(NELBO) ± its standard error: each chunk's NELBO estimated without bias from
 --mc_samples masks at stratified levels (in --dtype), the s.e. over chunks by the delta method.
@@ -65,9 +65,9 @@ import torch
 
 from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
 from checkpoints import checkpoint_tokens
-from common import (DTYPES, autocast, check_device, default_device, find_checkpoint, is_hf_model, load_hf_causal_lm,
-                    print_table, read_checkpoint)
-from configurator import at_least, check_settings, configure, fail, one_of
+from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
+                    is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint)
+from configurator import configure
 from engine import compile_forward
 from scoring import (chunk_nlls, encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, nelbo_bound, nelbo_estimates,
                      perplexities, perplexity, score_chunks)
@@ -81,7 +81,7 @@ data_dir = os.environ.get('AOGPT_DATA_DIR', '')  # '': the Hub / URL; else a fol
 split = 'test'  # 'test', 'validation' or 'train' (Hub sets)
 pipeline = 'paper'  # 'paper': the authors' rows and per-batch chunks; 'clean': stripped rows, one concatenation
 block_size = 0  # 0: the checkpoint's block_size
-ensemble = 1  # M, the largest ensemble; M = 1, 2, 4, ... up to it are reported
+ensemble = 1  # the largest ensemble of context orders; 1, 2, 4, ... up to it are reported
 max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
 max_tokens = 32768  # slots per forward pass, which bounds memory
 use_ema = True  # the EMA weights (the raw ones if there are none); False: the raw ones
@@ -96,6 +96,8 @@ mc_samples = 32  # an encoder's masks per chunk for its NELBO, one per stratum o
 # -----------------------------------------------------------------------------
 
 SPLITS = ('test', 'validation', 'train')
+ENCODER_ONLY = {'mc_samples': "the masks per chunk of an encoder's NELBO bound",
+                'encoder_l2r': "whether an encoder's exact left-to-right perplexity is computed"}
 
 
 def l2r_precision(l2r_dtype, device, hf):
@@ -143,7 +145,8 @@ def load_model(init_from, out_dir, device, use_ema):
     return model, model.config.block_size, checkpoint_tokens(checkpoint, model.config.vocab_size), path
 
 
-def main():
+def main(given=()):
+    """given: the settings a config file or flag set (configure's overrides)."""
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
     hf = is_hf_model(init_from)
@@ -161,7 +164,10 @@ def main():
         if not len(sets[name]):
             fail(f'{name} makes no {n}-token chunk: --pipeline=paper cuts each batch (at most {MAP_BATCH:,} rows '
                  f'of one of {MAP_SHARDS} shards) on its own; --pipeline=clean cuts all the rows at once')
-    encoder = not hf and model.config.architecture == 'encoder'
+    encoder = not hf and model.config.is_encoder
+    if not encoder:  # noted, not refused: findings.py gives every run's evaluation the same flags
+        for key in sorted(ENCODER_ONLY.keys() & set(given)):
+            print(f'note: --{key} is ignored: it sets {ENCODER_ONLY[key]}, and {source} is not an encoder')
     if compile:
         compile_forward(model)
     precision = l2r_precision(l2r_dtype, device, hf)
@@ -203,7 +209,7 @@ def describe_encoder_passes(precision, n):
           f'masks per chunk in {dtype}')
     if ensemble > 1:
         print('note: the encoder reads its context as a set, in no order, so context-order ensembles do not '
-              'apply: M=2.. read n/a')
+              'apply: ensemble=2.. read n/a')
 
 
 def encoder_perplexities(model, chunks, name, l2r_ctx):
@@ -220,13 +226,13 @@ def report(results, ensemble):
     """One row per set; a column a model does not have (any-order for GPT-2, an encoder's l2r when skipped)
     reads '-'; an encoder's any-order column is its NELBO bound ± s.e., its ensemble columns n/a."""
     sizes = ensemble_sizes(ensemble)
-    head = ['dataset', 'tokens', 'l2r ppl', 'any-order ppl'] + [f'M={m}' for m in sizes[1:]] + ['time']
+    head = ['dataset', 'tokens', 'l2r ppl', 'any-order ppl'] + [f'ensemble={size}' for size in sizes[1:]] + ['time']
     print_table(head, [[name, f"{r['tokens']:,}", *ppl_cells(r['ppl'], sizes), f"{r['seconds']:.1f}s"]
                        for name, r in results.items()])
 
 
 def ppl_cells(ppl, sizes):
-    """A row's perplexity cells: l2r, any-order, then M=2.. (see report)."""
+    """A row's perplexity cells: l2r, any-order, then ensemble=2.. (see report)."""
     cell = lambda k: f'{ppl[k]:.3f}' if k in ppl else '-'
     if 'nelbo_bound' not in ppl:
         return [cell(k) for k in ['l2r', *sizes]]
@@ -234,5 +240,4 @@ def ppl_cells(ppl, sizes):
 
 
 if __name__ == '__main__':
-    configure(globals(), doc=__doc__)
-    main()
+    main(configure(globals(), doc=__doc__))

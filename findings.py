@@ -36,8 +36,8 @@ The findings are numbered by the paper's figure that shows them (sample quality 
   8  adaLN against sigma-GPT's additive injection, and EMA against the raw weights
 (--only=5 and --only=7 name 4 and 6.)
 
-Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: M=1
-against M orders, EMA against raw weights, few against many steps) is judged on its per-chunk or
+Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
+order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
 per-sample differences, a bootstrap interval within each seed, then over seeds; a comparison between
 runs on the per-seed numbers, by Welch's t interval of the difference of the means. A claim that rests
 on a run whose loss ended at the unigram entropy of the validation text (it did not learn) is not
@@ -63,8 +63,8 @@ import numpy as np
 import torch
 
 from checkpoints import load_checkpoint
-from common import autocast, default_device, default_dtype, read_jsonl
-from configurator import at_least, check_settings, configure, fail, one_of
+from common import at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl
+from configurator import configure
 from engine import generate
 from report import RULE, line_figure, number, paired_interval, spread, unpaired_interval, verdict, write_results
 
@@ -102,6 +102,7 @@ class Kind:
     flags: dict
     objective: dict
     adaln: bool = True  # it has adaLN gates, so the sweep tries gate_init
+    rotary: bool = False  # it can read rotary positions (the encoder), so the sweep tries position_encoding
 
 
 KINDS = {
@@ -110,7 +111,7 @@ KINDS = {
     'random': Kind('AO-GPT, random orders only (NoCL)', dict(order='random'), {'val_ao': 1.0}),
     'sigma': Kind('sigma-GPT, 10% left to right', MIX | dict(target_injection='add'), {'val_ao': 0.9, 'val_l2r': 0.1},
                   adaln=False),
-    'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}),
+    'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}, rotary=True),
 }
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
                  '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma']}
@@ -221,7 +222,7 @@ def grid_points(kind, grid):
     axes = {'learning_rate': grid['learning_rate']}
     if KINDS[kind].adaln:
         axes['gate_init'] = grid['gate_init']
-    if kind == 'encoder':
+    if KINDS[kind].rotary:
         axes['position_encoding'] = grid['position_encoding']
     return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
@@ -279,12 +280,12 @@ def read_metrics(folder):
     return [r for _, r in read_jsonl(path, "one evaluation's losses")] if os.path.exists(path) else []
 
 
-def read_json(path):
+def read_json(path, fix='delete it and run again (its step is redone)'):
     try:
         with open(path) as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        fail(f'{path} is not JSON ({e.msg}), cut by a kill perhaps: delete it and run again (its step is redone)')
+        fail(f'{path} is not JSON ({e.msg}), cut by a kill perhaps: {fix}')
 
 
 def train_job(name, p, flags, folder):
@@ -305,7 +306,8 @@ def check_same_run(folder, settings):
     """A run folder holds one run: its args.json says which settings (not paths, so a moved folder is the
     same run); other settings there stop the script."""
     path = os.path.join(folder, 'args.json')
-    if os.path.exists(path) and read_json(path) != settings:
+    fix = f'the settings of its run are unknown, so delete the run folder {folder} to train it again'
+    if os.path.exists(path) and read_json(path, fix) != settings:
         fail(f'{folder} holds a run with other settings (see its args.json): use another --out_dir, or delete '
              f'that run folder to train it again')
 
@@ -341,7 +343,8 @@ def eval_jobs(findings, p, seed_list, folders):
 
 
 def run_jobs(jobs, n_workers, threads):
-    """Run the jobs not done yet, n_workers at a time; stop with one line naming the log of a failed one."""
+    """Run the jobs not done yet, n_workers at a time, and return how many ran; stop with one line naming
+    the log of a failed one."""
     env = os.environ | ({'OMP_NUM_THREADS': str(threads)} if threads else {})
     for job in jobs:
         if job.done:
@@ -351,8 +354,10 @@ def run_jobs(jobs, n_workers, threads):
         print(f'{job.name}: started')
         if job.settings is not None:
             os.makedirs(os.path.dirname(job.log), exist_ok=True)
-            with open(os.path.join(os.path.dirname(job.log), 'args.json'), 'w') as f:
+            path = os.path.join(os.path.dirname(job.log), 'args.json')
+            with open(path + '.tmp', 'w') as f:  # then renamed: a kill never leaves it cut
                 json.dump(job.settings, f)
+            os.replace(path + '.tmp', path)
         t0 = time.time()
         with open(job.log, 'w') as log:
             code = subprocess.run([sys.executable, *job.argv], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
@@ -365,6 +370,17 @@ def run_jobs(jobs, n_workers, threads):
     failed = [job for job, code in zip(todo, codes) if code != 0]
     if failed:
         fail(f'{failed[0].name} failed: {last_line(failed[0].log)} (the whole log: {failed[0].log})')
+    return len(todo)
+
+
+def add_wall_minutes(runs_dir, minutes):
+    """The wall minutes of every call that ran jobs, this one's added (kept in runs/wall_minutes.json), so a
+    call that only redraws reports the time the results took, not its own few seconds."""
+    path = os.path.join(runs_dir, 'wall_minutes.json')
+    total = (read_json(path) if os.path.exists(path) else 0) + minutes
+    with open(path, 'w') as f:
+        json.dump(round(total, 1), f)
+    return round(total, 1)
 
 
 def last_line(path):
@@ -565,8 +581,8 @@ def finding_4(m):
     ao = [next(iter(m.read(n, 'eval.json')['results'].values()))['ppl'] for n in mixed]
     bounds = [next(iter(m.read(n, 'eval.json')['results'].values()))['ppl'] for n in encoder]
     sizes = sorted(int(k) for k in ao[0] if k.isdigit())
-    fig = m.figure('fig3_ensembles_vs_encoder.png', FINDINGS['4'], 'orders in the ensemble (M)', 'val perplexity',
-                   [('AO-GPT, ensemble of M orders', sizes, [[r[str(k)] for r in ao] for k in sizes])],
+    fig = m.figure('fig3_ensembles_vs_encoder.png', FINDINGS['4'], 'orders in the ensemble', 'val perplexity',
+                   [('AO-GPT, an ensemble of context orders', sizes, [[r[str(k)] for r in ao] for k in sizes])],
                    hlines=[('encoder MDM: NELBO bound, over seeds', [b['nelbo_bound'] for b in bounds])], logx=True)
     top = sizes[-1]
     falls = paired_interval([[a - b for a, b in zip(m.chunk_nll(n, 'eval.json', '1'),
@@ -576,16 +592,17 @@ def finding_4(m):
     stuck = m.stuck(mixed + encoder)
     ao_nll = {k: [statistics.mean(m.chunk_nll(n, 'eval.json', str(k))) for n in mixed] for k in (1, top)}
     nelbo = [statistics.mean(m.chunk_nll(n, 'eval.json', 'nelbo')) for n in encoder]
-    seed_by_seed = {f'seed {s}: AO-GPT ppl M=1 / M={top} / encoder bound':
+    seed_by_seed = {f'seed {s}: AO-GPT ppl ensemble=1 / ensemble={top} / encoder bound':
                     f"{r['1']:.4g} / {r[str(top)]:.4g} / {b['nelbo_bound']:.4g} ± {b['nelbo_bound_se']:.2g}"
                     for s, r, b in zip(m.seed_list, ao, bounds)}
     return [fig], [
-        claim(f'Averaging AO-GPT over M context orders lowers its perplexity: M={top} against M=1, on the same chunks.',
-              {f'AO-GPT ppl, M={k}': spread([r[str(k)] for r in ao]) for k in sizes} |
-              {'falls at every doubling of M (mean over seeds)': trend}, falls, stuck=m.stuck(mixed)),
-        claim('The paper\'s premise: with one order (M=1) AO-GPT\'s perplexity is above the encoder\'s NELBO bound '
-              '(effect: log AO-GPT ppl minus log bound, in nats).',
-              seed_by_seed | {f'gap left with M={top} (nats)': unpaired_interval(ao_nll[top], nelbo)},
+        claim(f'Averaging AO-GPT over context orders lowers its perplexity: ensemble={top} against ensemble=1, on the '
+              f'same chunks.',
+              {f'AO-GPT ppl, ensemble={k}': spread([r[str(k)] for r in ao]) for k in sizes} |
+              {'falls at every doubling of the ensemble (mean over seeds)': trend}, falls, stuck=m.stuck(mixed)),
+        claim('The paper\'s premise: with one order (ensemble=1) AO-GPT\'s perplexity is above the encoder\'s NELBO '
+              'bound (effect: log AO-GPT ppl minus log bound, in nats).',
+              seed_by_seed | {f'gap left with ensemble={top} (nats)': unpaired_interval(ao_nll[top], nelbo)},
               unpaired_interval(ao_nll[1], nelbo), stuck=stuck)]
 
 
@@ -704,7 +721,7 @@ def finding_8(m):
               {'final val any-order loss, AO-GPT': spread(m.finals(mixed, 'val_ao')),
                'final val any-order loss, sigma-GPT': spread(m.finals(sigma, 'val_ao'))}, interval, stuck=stuck),
         claim('EMA lowers AO-GPT\'s any-order loss: the same runs\' EMA weights against their raw weights, on the '
-              'same chunks and orders (eval_ppl.py, M=1).', {}, ema, stuck=m.stuck(mixed))]
+              'same chunks and orders (eval_ppl.py, ensemble=1).', {}, ema, stuck=m.stuck(mixed))]
 
 
 def sweep_section(p, chosen, runs_dir, out):
@@ -751,10 +768,10 @@ def write_readme(path, out, results, settings):
     if start not in text or end not in text:
         fail(f'{path} has no {start} ... {end} markers: put them around its Findings section')
     folder = os.path.relpath(out, os.path.dirname(os.path.abspath(path)))
-    wall = settings['wall minutes of this call (runs already done are skipped)']
+    wall = settings['wall minutes, summed over the calls that ran jobs']
     training = settings['training minutes, summed over runs']
     lines = [start, '', f"Written by `python findings.py --preset={settings['preset']} --out_dir={folder} "
-             f"--readme={os.path.basename(path)}` ({wall} minutes of this call, {training} minutes of training summed "
+             f"--readme={os.path.basename(path)}` ({wall} wall minutes, {training} minutes of training summed "
              f"over {settings['runs']} runs; seeds {settings['seeds']}). Rule: {settings['verdict rule']} The details, "
              f'figures and every per-seed number: [{folder}/results.md]({folder}/results.md).', '',
              '| finding | claim | effect [95% interval] (n) | verdict |', '|---|---|---|---|']
@@ -783,13 +800,13 @@ def main():
             print(f"{job.name} [{'done' if job.done else 'to run'}]: python {' '.join(job.argv)}")
         print('then each kind\'s other seeds with the settings the sweep chooses, finding 2\'s runs, the evaluations')
         return
-    run_jobs(sweep, n_workers, p['threads'])
+    ran = run_jobs(sweep, n_workers, p['threads'])
     chosen = {kind: choose(p, kind, runs_dir) for kind in kinds}
     runs = seed_runs(p, findings, seed_list, chosen)
     folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
-    run_jobs([train_job(name, p, flags, folders[name]) for name, flags in runs.items()
-              if not isinstance(flags, str)], n_workers, p['threads'])
-    run_jobs(eval_jobs(findings, p, seed_list, folders), n_workers, p['threads'])
+    ran += run_jobs([train_job(name, p, flags, folders[name]) for name, flags in runs.items()
+                     if not isinstance(flags, str)], n_workers, p['threads'])
+    ran += run_jobs(eval_jobs(findings, p, seed_list, folders), n_workers, p['threads'])
     m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']))
     results = analyse(findings, p, m, chosen, runs_dir)
     trained = [job_folder for job_folder in dict.fromkeys([folder(n) for n in sweep_runs(p, kinds)] +
@@ -797,7 +814,8 @@ def main():
     training = sum(read_metrics(f)[-1]['elapsed'] for f in trained) / 60
     settings = {'preset': preset, 'seeds': ', '.join(map(str, seed_list)), 'runs': len(trained),
                 'iterations per run': p['train']['max_iters'], 'training minutes, summed over runs': round(training, 1),
-                'wall minutes of this call (runs already done are skipped)': round((time.time() - t0) / 60, 1),
+                'wall minutes, summed over the calls that ran jobs':
+                    add_wall_minutes(runs_dir, (time.time() - t0) / 60 if ran else 0),
                 'unigram entropy of the validation text (nats/token)': round(m.unigram, 4),
                 'verdict rule': f'{RULE}; practical floor {FLOOR} nats. A claim is "{NOT_JUDGED}" when a run it '
                                 f'rests on ended within {STUCK} nats of the unigram entropy, or above it.'}

@@ -41,43 +41,29 @@ import time
 import torch
 
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
-from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_sampling, check_steps, default_device,
-                    default_dtype, describe_vocab, find_checkpoint, load_tokenizer, print_table, prompt_tokens,
-                    read_checkpoint, read_jsonl, same_vocab)
-from configurator import check_settings, configure, fail, int_at_least
-from engine import Sampling, Speculation, compile_forward, generate_many
+from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
+                    check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
+                    int_at_least, load_tokenizer, print_table, prompt_tokens, read_checkpoint, read_jsonl,
+                    sampling_options, same_vocab)
+from configurator import configure
+from engine import Speculation, compile_forward, generate_many
 from scoring import load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
-init_from = 'resume'  # the sampler: 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
-out_dir = 'out-shakespeare-char'
-use_ema = True  # the sampler's EMA weights (the raw ones if there are none)
+globals().update(SAMPLING_SETTINGS)  # the sampler's settings, as sample.py's (common.py); the grid's are comma lists:
+steps = ''  # step counts; '' one token per step
+temperature = '1.0'
+top_p = '1.0'
+pair_settings = False  # True: temperature[i] goes with top_p[i], instead of every combination
 samples = ''  # a samples .jsonl written by an earlier run: score it instead of sampling
 samples_out = 'samples.jsonl'  # where the new samples go
 scorer = 'gpt2-large'  # a Hugging Face causal LM (name or folder), or our checkpoint (.pt path or hf:...)
 num_samples = 16  # per grid point
 batch_size = 16  # samples drawn at once
 score_batch_size = 8  # samples scored at once
-steps = ''  # comma list of step counts; '' one token per step
-temperature = '1.0'  # comma list
-top_p = '1.0'  # comma list
-pair_settings = False  # True: temperature[i] goes with top_p[i], instead of every combination
-top_k = None
-top_p_mode = 'nucleus'  # 'nucleus' or 'authors' (drops the token that crosses top_p, as Table 2 did)
-schedule = 'linear'
-order = 'random'  # as sample.py: 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
-confidence = 'maxprob'
-speculate = 0  # k > 0: one token per step by speculative decoding, up to k drafts per forward
-sample_dtype = 'float64'  # precision of the sampling CDF
-start = ''  # a prompt (or FILE:path); its tokens are not scored
-infill = ''  # a template with [MASK] markers (mask_token) to fill
-mask_token = '[MASK]'
-max_new_tokens = None  # None fills the block
-seed = 1337
 out_json = ''
 device = default_device()
 dtype = default_dtype()  # autocast dtype of the sampler; scoring is float32
-compile = False
 # -----------------------------------------------------------------------------
 SETTINGS = ('checkpoint', 'steps', 'temperature', 'top_p', 'top_k', 'top_p_mode', 'schedule', 'order',
             'confidence', 'speculate', 'sample_dtype', 'seed')  # what makes samples belong to one row of the table
@@ -162,7 +148,7 @@ def read_samples(path):
     if len({json.dumps(r['vocab']) for r in records}) > 1 or len({len(r['tokens']) for r in records}) > 1:
         fail(f'{path} mixes samples of different vocabularies or lengths: score them separately')
     for r in records:
-        r.setdefault('known', [])
+        r.setdefault('known_positions', [])
         r.setdefault('seconds', math.nan)
     return records
 
@@ -173,16 +159,15 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
         compile_forward(model)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
                   confidence=confidence, speculate=speculate, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
-                  vocab=checkpoint_vocab(checkpoint, model.config.vocab_size))
-    given = [i for i, k in enumerate(known) if k]
+                  vocab=checkpoint_vocab(checkpoint, model.config.vocab_size),
+                  known_positions=[i for i, k in enumerate(known) if k])  # the prompt's: not scored
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
 
     def draw(s, t, p, count, generator, stats=None):
-        sampling = Sampling(t, top_k, p, top_p_mode, getattr(torch, sample_dtype))
+        sampling, options = sampling_options(globals(), temperature=t, top_p=p)
         return generate_many(model, ids, known, count, batch_size, s, sampling, ctx=autocast(device, dtype),
-                             desc=f'steps={s} temperature={t} top_p={p}', schedule=schedule, policy=order,
-                             confidence=confidence, generator=generator, n_tokens=n_tokens, speculate=speculate,
-                             stats=stats)
+                             desc=f'steps={s} temperature={t} top_p={p}', generator=generator, n_tokens=n_tokens,
+                             stats=stats, **options)
     draw(*points[0], min(batch_size, num_samples), torch.Generator(device))  # warm-up
     records = []
     with open(samples_out, 'w', encoding='utf-8') as f:
@@ -193,8 +178,8 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
             rows = draw(s, t, p, num_samples, generator, stats)
             seconds = (time.time() - t0) / num_samples
             speculation = stats.summary() if speculate else None
-            new = [dict(shared, steps=s, temperature=t, top_p=p, tokens=row, text=decode(row), known=given,
-                        seconds=seconds, speculation=speculation) for row in rows]
+            new = [dict(shared, steps=s, temperature=t, top_p=p, tokens=row, text=decode(row), seconds=seconds,
+                        speculation=speculation) for row in rows]
             f.writelines(json.dumps(r) + '\n' for r in new)
             f.flush()  # a long sweep keeps what it has drawn
             records += new
@@ -211,7 +196,7 @@ def main():
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
-        check_order(order, model, speculate)
+        check_decoding(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
         ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)

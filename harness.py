@@ -7,7 +7,7 @@ harness's command line with it; from Python:
     from lm_eval import simple_evaluate
     simple_evaluate(model=harness.AOGPTLM(checkpoint='out-shakespeare-char/ckpt.pt'), tasks=['lambada_openai'])
 
-model_args: checkpoint (a path or hf:owner/repo/file), use_ema, ensemble=M, score ('l2r', or
+model_args: checkpoint (a path or hf:owner/repo/file), use_ema, ensemble (1: none), score ('l2r', or
 'nelbo' for the encoder), device, dtype, max_tokens (slots per forward, as eval_ppl.py), batch_size
 ('auto': as many requests as max_tokens allows, up to max_batch_size; N: at most N per forward),
 seed; for generation order, steps, temperature, top_p, top_k, speculate, max_gen_toks (the
@@ -21,9 +21,9 @@ one warning naming the characters.
   own tokens end (trailing spaces of the context go to the continuation, the harness's rule), cut
   from the left to block_size as the harness's HF model cuts it, and the continuation is scored
   left to right. A decoder's start slot predicts the first token, so an empty context needs no
-  BOS. ensemble=M: each continuation token's log-prob is the mixture over M readings of its
+  BOS. ensemble=8: each continuation token's log-prob is the mixture over 8 readings of its
   context, eval_ppl.py's ensemble in the left-to-right order: member 1 reads the prefix left to
-  right, members 2..M in random orders (scoring.random_context_orders, seeded per request by its
+  right, the other members in random orders (scoring.random_context_orders, seeded per request by its
   place c in the call, hash((seed, c)), as eval_ppl.py seeds chunk c). is_greedy is always the
   left-to-right distribution's argmax (member 1): the members give only the log-prob of the
   token read, not their whole distributions.
@@ -58,11 +58,11 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from checkpoints import checkpoint_vocab, token_count
-from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_device, check_order,
-                    check_steps, default_device, find_checkpoint, load_tokenizer, read_checkpoint,
-                    release_freed_memory)
-from configurator import check_key, check_settings, fail, int_at_least, one_of, optional_int
-from engine import Sampling, generate, is_encoder
+from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
+                    check_settings, check_steps, default_device, fail, find_checkpoint, int_at_least, load_tokenizer,
+                    one_of, optional_int, read_checkpoint, release_freed_memory)
+from configurator import check_key
+from engine import Sampling, generate
 from scoring import (HEAD_COST, encoder_l2r_logprobs, ensemble_logprobs, mixture_logprobs, nelbo_estimates,
                      random_context_orders)
 
@@ -105,12 +105,12 @@ class AOGPTLM(LM):
         self.max_rows = requests_per_forward(batch_size, max_batch_size)
         self.path = find_checkpoint(checkpoint, '')
         self.model, ckpt = read_checkpoint(self.path, device, use_ema)
-        self.encoder = is_encoder(self.model)
+        self.encoder = self.model.config.is_encoder
         if self.encoder and ensemble > 1:
             fail('the encoder reads its context as a set, in no order, so it has no context-order ensemble: ensemble=1')
         if not self.encoder and score == 'nelbo':
             fail("score=nelbo is the encoder's bound; a decoder's log-likelihood is exact: score=l2r")
-        check_order(order, self.model, speculate)
+        check_decoding(order, self.model, speculate)
         vocab_size, self.block_size = self.model.config.vocab_size, self.model.config.block_size
         self.encode, self.decode = load_tokenizer(ckpt, vocab_size)
         self.vocab = checkpoint_vocab(ckpt, vocab_size)  # its characters, or 'gpt2'
@@ -273,7 +273,7 @@ class AOGPTLM(LM):
         return [(logp[b, q - n:].sum().item(), bool(greedy[b, q - n:].all())) for b, (_, _, n) in enumerate(batch)]
 
     def ensemble_logprob(self, c, x, n):
-        """The log of the M members' mean probability of each of the last n tokens of x, summed: the members
+        """The log of the ensemble's mean probability of each of the last n tokens of x, summed: the members
         read each token's prefix in the orders of eval_ppl.py's ensemble (seeded by c), only the scored
         tokens' orders are queried."""
         identity = torch.arange(len(x))
@@ -290,7 +290,7 @@ class AOGPTLM(LM):
         canvas = torch.tensor([x], device=self.device)
         known = torch.arange(len(x), device=self.device) < len(x) - n
         with self.ctx:
-            greedy, _ = generate(self.model, canvas.clone(), known, n, Sampling(temperature=0), policy='l2r')
+            greedy, _ = generate(self.model, canvas.clone(), known, n, Sampling(temperature=0), order='l2r')
         return logp, bool(torch.equal(greedy, canvas))
 
     def nelbo_bounds(self, chunks):
@@ -318,7 +318,7 @@ class AOGPTLM(LM):
         steps = check_steps(self.steps, new, self.order, self.speculate)
         generator = torch.Generator(self.device).manual_seed(hash((self.seed, c)))
         with self.ctx:
-            x, _ = generate(self.model, x, known, steps, sampling, policy=self.order, generator=generator,
+            x, _ = generate(self.model, x, known, steps, sampling, order=self.order, generator=generator,
                             n_tokens=self.n_tokens, speculate=self.speculate)
         text = self.decode(x[0, len(prompt):].tolist())
         return text[:min([text.find(s) for s in until if s and s in text], default=len(text))]

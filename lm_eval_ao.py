@@ -17,8 +17,7 @@ the model_arg max_tokens allows; the harness's is 1). Needs lm-eval (pip install
 """
 import sys
 
-from common import default_device
-from configurator import fail
+from common import default_device, fail
 
 SUBCOMMANDS = ('run', 'ls', 'validate')
 

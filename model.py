@@ -57,13 +57,14 @@ class GPTConfig:
             raise ValueError(f"target_injection must be one of {tuple(RECIPES)}, got {self.target_injection!r}")
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {self.architecture!r}")
-        if self.architecture == 'encoder' and self.target_injection != 'adaln':
-            raise ValueError("the encoder is built from AO-GPT's adaLN blocks: target_injection must be 'adaln'")
+        if self.is_encoder and self.target_injection != 'adaln':
+            raise ValueError(f"the encoder is built from AO-GPT's adaLN blocks: target_injection must be 'adaln', "
+                             f"got {self.target_injection!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
         if self.position_encoding not in POSITION_ENCODINGS:
             raise ValueError(f'position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}')
-        if self.position_encoding == 'rotary' and self.architecture != 'encoder':
+        if self.position_encoding == 'rotary' and not self.is_encoder:
             raise ValueError("position_encoding='rotary' needs architecture='encoder': the decoder reads its slots "
                              "in a permuted order, so a slot's place is not its token's position")
         if self.position_encoding == 'rotary' and self.n_embd // self.n_head % 2:
@@ -73,6 +74,11 @@ class GPTConfig:
     @property
     def recipe(self):
         return RECIPES[self.target_injection]
+
+    @property
+    def is_encoder(self):
+        """Whether the network is the encoder (MDM), which reads tokens through masks, not in an order."""
+        return self.architecture == 'encoder'
 
 
 class RMSNorm(nn.Module):
@@ -113,7 +119,7 @@ class SelfAttention(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
-        self.causal = config.architecture == 'decoder'
+        self.causal = not config.is_encoder
         self.n_head = config.n_head
         head_size = config.n_embd // config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
@@ -229,7 +235,7 @@ POSITION_ENCODINGS = ('learned', 'rotary')
 
 def build_model(config):
     """The network a config describes: GPT (a decoder) or MDM (the encoder)."""
-    return (MDM if config.architecture == 'encoder' else GPT)(config)
+    return (MDM if config.is_encoder else GPT)(config)
 
 
 class Network(nn.Module):

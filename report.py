@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from configurator import fail
+from common import fail
 
 
 def load_matplotlib():

@@ -27,34 +27,17 @@ top-p (the token that crosses top_p is dropped), and the step sizes truncate as 
 import torch
 
 from checkpoints import token_count
-from common import (TEMPERATURE_RULE, TOP_P_RULE, autocast, check_order, check_sampling, check_steps, default_device,
-                    default_dtype, find_checkpoint, load_tokenizer, prompt_tokens, read_checkpoint)
-from configurator import check_settings, configure, int_at_least, optional_int
-from engine import Sampling, Speculation, compile_forward, generate
+from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
+                    check_settings, check_steps, default_device, default_dtype, find_checkpoint, int_at_least,
+                    load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options)
+from configurator import configure
+from engine import Speculation, compile_forward, generate
 
 # -----------------------------------------------------------------------------
-init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, or hf:owner/repo/path
-out_dir = 'out-shakespeare-char'
-use_ema = True  # the EMA weights, as evaluated during training (the raw ones if there are none)
-start = ''  # a prefix, or FILE:path to read it from
-infill = ''  # a template such as "The [MASK] sat on the [MASK:5]."; not with start
-mask_token = '[MASK]'
-max_new_tokens = None  # tokens after start; None fills the block
+globals().update(SAMPLING_SETTINGS)  # init_from, out_dir, start, infill, order, steps, temperature, ... (common.py)
 num_samples = 3
-steps = None  # decoding steps; None: one token per step
-schedule = 'linear'  # 'linear' or 'cosine'
-order = 'random'  # 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
-confidence = 'maxprob'  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
-speculate = 0  # k > 0: one token per step's samples by speculative decoding, up to k drafts per forward
-temperature = 1.0  # 0: greedy
-top_k = None  # sample from the top_k most likely tokens only
-top_p = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
-top_p_mode = 'nucleus'  # 'nucleus' keeps the token that crosses top_p, 'authors' drops it (their sampler)
-sample_dtype = 'float64'  # precision of the sampling probabilities and CDF: 'float64' or 'float32'
-seed = 1337
 device = default_device()
 dtype = default_dtype()
-compile = False
 # -----------------------------------------------------------------------------
 
 
@@ -67,7 +50,7 @@ def check_inputs():
 def main():
     check_inputs()
     model, checkpoint = read_checkpoint(find_checkpoint(init_from, out_dir), device, use_ema)
-    check_order(order, model, speculate)
+    check_decoding(order, model, speculate)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
     ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token)
@@ -78,12 +61,11 @@ def main():
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
+    sampling, options = sampling_options(globals())
+    stats = Speculation()
     with autocast(device, dtype):
-        sampling = Sampling(temperature, top_k, top_p, top_p_mode, getattr(torch, sample_dtype))
-        stats = Speculation()
-        x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, sampling, schedule=schedule,
-                        policy=order, confidence=confidence, generator=generator, n_tokens=n_tokens, progress=True,
-                        speculate=speculate, stats=stats)
+        x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, sampling, generator=generator,
+                        n_tokens=n_tokens, progress=True, stats=stats, **options)
     for row in x.tolist():
         print(decode(row))
         print('---------------')

@@ -19,8 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from checkpoints import GPT2_VOCAB, checkpoint_tokens, weights_read
-from common import find_checkpoint, is_hf_model, load_hf_causal_lm, read_checkpoint, release_freed_memory
-from configurator import fail
+from common import fail, find_checkpoint, is_hf_model, load_hf_causal_lm, read_checkpoint, release_freed_memory
 
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
 
@@ -60,8 +59,8 @@ def query_batches(order, context_orders, max_tokens):
 
 
 @torch.no_grad()
-def ensemble_logprobs(model, x, order, context_orders, n_members, max_tokens):
-    """log p(x[order_i] | context set x[order_<i] read in member j's order): (n_members, n).
+def ensemble_logprobs(model, x, order, context_orders, ensemble, max_tokens):
+    """log p(x[order_i] | context set x[order_<i] read in member j's order), j < ensemble: (ensemble, n).
 
     Member 0 reads the context in `order` itself (one forward for every target); members 1.. read it
     in context_orders(i)[j-1]. A query is a row: the start slot, then the context in the member's
@@ -69,14 +68,14 @@ def ensemble_logprobs(model, x, order, context_orders, n_members, max_tokens):
     padding is harmless under causal attention, and only the last real slot goes through the head.
     """
     n = len(x)
-    out = torch.empty(n_members, n)
+    out = torch.empty(ensemble, n)
     _, loss = model(x[None], order[None], reduction='none')
     out[0] = -loss[0].float().cpu()
-    if n_members == 1:
+    if ensemble == 1:
         return out
     out[1:, 0] = out[0, 0]  # an empty context reads the same in every order
     order_cpu = order.cpu()  # rows are built on the CPU, then moved in one piece
-    for batch in query_batches(order_cpu, lambda i: context_orders(i)[:n_members - 1], max_tokens):
+    for batch in query_batches(order_cpu, lambda i: context_orders(i)[:ensemble - 1], max_tokens):
         if len(batch) == 1:  # twice: a compiled model then never meets one row, a shape it would compile again
             batch = batch * 2
         pos = pad_sequence([torch.cat([torch.tensor([-1]), context]) for _, _, context in batch],
@@ -90,13 +89,14 @@ def ensemble_logprobs(model, x, order, context_orders, n_members, max_tokens):
     return out
 
 
-def ensemble_sizes(m):
-    return [2 ** k for k in range(int(math.log2(m)) + 1)] + ([m] if m & (m - 1) else [])
+def ensemble_sizes(ensemble):
+    """The ensembles reported up to `ensemble`: 1, 2, 4, ... and itself."""
+    return [2 ** k for k in range(int(math.log2(ensemble)) + 1)] + ([ensemble] if ensemble & (ensemble - 1) else [])
 
 
 @torch.no_grad()  # the kept per-token results must not hold each chunk's graph
-def score_chunks(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), desc=None, l2r_ctx=None):
-    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble members (M, N*n), on the CPU.
+def score_chunks(model, chunks, ensemble, max_tokens, seed, ctx=nullcontext(), desc=None, l2r_ctx=None):
+    """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble's members (ensemble, N*n), on the CPU.
 
     The any-order members run under ctx, the left-to-right pass under l2r_ctx (default: ctx).
     """
@@ -111,8 +111,8 @@ def score_chunks(model, chunks, n_members, max_tokens, seed, ctx=nullcontext(), 
             _, loss = model(x[None], identity[None], reduction='none')
         l2r.append(-loss[0].float().cpu())
         with ctx:
-            orders = random_context_orders(order, n_members - 1, hash((seed, c)))
-            members.append(ensemble_logprobs(model, x, order.to(device), orders, n_members, max_tokens))
+            orders = random_context_orders(order, ensemble - 1, hash((seed, c)))
+            members.append(ensemble_logprobs(model, x, order.to(device), orders, ensemble, max_tokens))
         release_freed_memory()
     return torch.cat(l2r), torch.cat(members, dim=1)
 
@@ -140,15 +140,15 @@ def perplexity(logprobs):
     return math.exp(-logprobs.mean().item())
 
 
-def mixture_logprobs(members, m):
-    """Per token, the log of the mean over the first m members of their probabilities: the M=m ensemble."""
-    return members[:m].logsumexp(0) - math.log(m)
+def mixture_logprobs(members, ensemble):
+    """Per token, the log of the mean over the first `ensemble` members of their probabilities."""
+    return members[:ensemble].logsumexp(0) - math.log(ensemble)
 
 
 def perplexities(l2r, members):
     ppl = {'l2r': perplexity(l2r)}
-    for m in ensemble_sizes(members.size(0)):
-        ppl[m] = perplexity(mixture_logprobs(members, m))
+    for size in ensemble_sizes(members.size(0)):
+        ppl[size] = perplexity(mixture_logprobs(members, size))
     return ppl
 
 
@@ -157,7 +157,7 @@ def chunk_nlls(l2r, members, n_chunks):
     or members None leaves theirs out): kept for paired comparisons over chunks. The chunks are of equal
     length, so the exp of a column's mean is its perplexity."""
     columns = ({} if l2r is None else {'l2r': l2r}) | \
-        ({} if members is None else {m: mixture_logprobs(members, m) for m in ensemble_sizes(members.size(0))})
+        ({} if members is None else {size: mixture_logprobs(members, size) for size in ensemble_sizes(members.size(0))})
     return {k: (-v.double().view(n_chunks, -1).mean(1)).tolist() for k, v in columns.items()}
 
 
@@ -262,7 +262,7 @@ def load_scorer(name, device):
     checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
     if not is_hf_model(name):
         model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
-        if model.config.architecture == 'encoder':
+        if model.config.is_encoder:
             fail(f'the scorer {name} is an encoder checkpoint (architecture=encoder), which has no cheap left-to-right '
                  f'reading: score with a decoder checkpoint or a Hugging Face model (gpt2-large, ...)')
 
@@ -297,7 +297,7 @@ def score_samples(records, nll, batch_size, device):
 def generated(record):
     """Which positions of a sample were generated (True), not given by a prompt."""
     mask = torch.ones(len(record['tokens']), dtype=torch.bool)
-    mask[torch.tensor(record['known'], dtype=torch.long)] = False
+    mask[torch.tensor(record['known_positions'], dtype=torch.long)] = False
     return mask
 
 

@@ -31,11 +31,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchmarks import load_tokens, paper_chunks
 from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
-from common import (autocast, check_device, check_vocab, dataset_vocab, default_device, default_dtype, find_checkpoint,
-                    read_checkpoint)
-from configurator import above, at_least, between, check_settings, configure, fail, one_of, setting_keys
+from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, dataset_vocab,
+                    default_device, default_dtype, fail, find_checkpoint, one_of, read_checkpoint)
+from configurator import configure, setting_keys
 from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
-from training import ORDER_MODES, l2r_cuts, make_ema, make_fixed_order, sample_masks, sample_orders
+from training import ORDER_MODES, make_ema, make_fixed_order, training_inputs
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -111,6 +111,9 @@ check_settings(globals(), {
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
     'target_init_std': above(0),
+    # adaLN's gate multiplies its block's output (no sigmoid; model.AdaLNBlock): 0 shuts the block, 1 opens it.
+    # A start past ±10 has no use, and a huge one overflows float16 (max 65504): NaN before the first step
+    'gate_init': (lambda v: -10 <= v <= 10, "in [-10, 10] (0 shuts adaLN's gates, 1 opens them)"),
     'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
     'architecture': one_of(*ARCHITECTURES), 'position_encoding': one_of(*POSITION_ENCODINGS),
     'mask_eps': (lambda v: 0 <= v < 1, 'in [0, 1)'),
@@ -121,8 +124,10 @@ if decay_lr and lr_decay_iters <= warmup_iters:
 if min_lr > learning_rate:
     fail(f'--min_lr ({min_lr}) must not exceed --learning_rate ({learning_rate})')
 check_device(device, dtype)
-if architecture == 'encoder' and target_injection != 'adaln':
-    fail(f"--architecture=encoder is built from AO-GPT's adaLN blocks: drop --target_injection={target_injection}")
+try:  # the model's own rules (model.GPTConfig): which settings go together
+    GPTConfig(**{f.name: config[f.name] for f in fields(GPTConfig) if f.name in config})
+except ValueError as e:
+    fail(e)
 if order_file and order != 'fixed_random':
     fail(f'--order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order={order})')
 
@@ -290,10 +295,7 @@ fixed_order = explicit_order if explicit_order is not None else \
     make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
 torch.manual_seed(seed)  # the same initial weights on every process and every run
 if init_from == 'scratch':
-    try:
-        model = build_model(GPTConfig(**model_args))
-    except ValueError as e:
-        fail(e)
+    model = build_model(GPTConfig(**model_args))
 elif init_from == 'resume':
     model, checkpoint = read_checkpoint(init_path, use_ema=False)
     if not {'ema', 'optimizer', 'iter_num'} <= checkpoint.keys():
@@ -317,8 +319,7 @@ else:
     model = build_model(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
 config |= {k: v for k, v in model_args.items() if k in config}  # the stored config says what is trained
-encoder = model.config.architecture == 'encoder'  # a resumed or loaded run: the checkpoint's
-if encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
+if model.config.is_encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
     fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
     fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size})')
@@ -360,14 +361,8 @@ def to_device(t):
 
 
 def model_inputs(x, order_mode, generator=None):
-    """(x, orders) for a decoder; for the encoder (x, mask, weights): its NELBO, or for
-    order_mode 'l2r' its left-to-right loss at one position per row."""
-    if not encoder:
-        inputs = x, sample_orders(order_mode, len(x), block_size, generator, random_ratio, fixed_order)
-    elif order_mode == 'l2r':
-        inputs = x, *l2r_cuts(len(x), block_size, generator)
-    else:
-        inputs = x, *sample_masks(len(x), block_size, generator, mask_eps)
+    """The model's arguments for the rows x, on the device (training.training_inputs)."""
+    inputs = training_inputs(raw_model, x, order_mode, generator, random_ratio, fixed_order, mask_eps)
     return tuple(to_device(t) for t in inputs)
 
 
@@ -477,8 +472,14 @@ def stop_on_nonfinite(what, value):
     if not math.isfinite(value):
         kept = f'{ckpt_path}, the last good checkpoint, is untouched' if os.path.exists(ckpt_path) else \
             'no checkpoint was written'
-        fail(f'{what} is {value} at iter {iter_num}; stopped without saving, {kept} (try a lower learning_rate, '
-             f'or dtype=bfloat16 instead of float16)')
+        if iter_num == 0:  # no optimizer step yet: the starting weights in this dtype, not the learning rate
+            start = 'the initial weights of gate_init and target_init_std' if init_from == 'scratch' else \
+                f'the weights of {init_path}'
+            cause = f'no optimizer step was taken yet, so not the learning rate: {start} give it in {dtype}' + \
+                ('; try dtype=float32' if dtype != 'float32' else '')
+        else:
+            cause = 'try a lower learning_rate, or dtype=bfloat16 instead of float16'
+        fail(f'{what} is {value} at iter {iter_num}; stopped without saving, {kept} ({cause})')
 
 
 if master_process and not eval_only:

@@ -58,6 +58,18 @@ def l2r_cuts(batch_size, seq_len, generator=None):
     return positions >= cut, torch.where(positions == cut, float(seq_len), 0.0)
 
 
+def training_inputs(model, x, mode, generator=None, random_ratio=0.9, fixed_order=None, mask_eps=1e-3):
+    """The model's arguments for a training batch x (B, T), the new ones on the CPU: a decoder's orders in
+    `mode` (sample_orders); the encoder's masks and weights: its NELBO (sample_masks), or for mode 'l2r'
+    its left-to-right loss at one position per row (l2r_cuts)."""
+    B, T = x.shape
+    if not model.config.is_encoder:
+        return x, sample_orders(mode, B, T, generator, random_ratio, fixed_order)
+    if mode == 'l2r':
+        return x, *l2r_cuts(B, T, generator)
+    return x, *sample_masks(B, T, generator, mask_eps)
+
+
 def make_ema(model, decay):
     """EMA with the warm-up rule decay_n = min(decay, (1 + n) / (10 + n)) at the n-th update.
 

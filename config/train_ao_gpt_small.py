@@ -27,7 +27,7 @@ random_ratio = 0.9
 
 learning_rate = 6e-4
 min_lr = 6e-5
-weight_decay = 0.05  # their config file; their released runs are named wd_0.03 (see the README)
+weight_decay = 0.05  # their config file; their released runs are named wd_0.03 (docs/evaluation.md)
 beta1 = 0.9
 beta2 = 0.95
 warmup_iters = 2000  # lr * it / warmup_iters

@@ -21,7 +21,7 @@ n_embd = 128
 cond_dim = 64
 
 # the blocks start open (adaLN's gates at 1, not the authors' ~0.002) and the learning rate is high:
-# both shorten the early plateau where the model ignores the target position (README, Quick start)
+# both shorten the early plateau where the model ignores the target position (docs/training.md)
 gate_init = 1.0
 learning_rate = 1e-2
 min_lr = 1e-3

@@ -17,7 +17,7 @@ def mirror_file(relative):
     path = os.path.join(folder, relative)
     if not folder or not os.path.isfile(path):
         raise FileNotFoundError(f'{relative} not found in AOGPT_DATA_DIR={folder!r}: point AOGPT_DATA_DIR at the data '
-                                f'mirror (README, Tests), or run the standard task (lambada_openai, wikitext) online')
+                                f'mirror (docs/tests.md), or run the standard task (lambada_openai, wikitext) online')
     return path
 
 

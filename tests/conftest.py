@@ -1,5 +1,6 @@
 """Shared test setup: offline defaults, where the data is, and the small corpora the tests make themselves."""
 import itertools
+import json
 import math
 import os
 import pickle
@@ -55,7 +56,7 @@ _found = {}  # name -> 'mirror', 'download' or None: each is looked for once a s
 def skip_without(names):
     how = 'a network' + (' and HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0' if set(names) & set(HUB) else '')
     pytest.skip(f"needs {', '.join(NAMES[name] for name in names)}: set AOGPT_DATA_DIR to an offline mirror "
-                f"(README, Tests), or allow downloads ({how})")
+                f"(docs/tests.md), or allow downloads ({how})")
 
 
 def fetch(name):
@@ -74,7 +75,7 @@ def find(name):
     """Where the tests get `name` ('gpt2_bpe' or a benchmark set, test split): 'mirror', 'download' or None."""
     if name not in _found:
         from benchmarks import SETS
-        local = name in SETS and DATA_DIR and os.path.exists(os.path.join(DATA_DIR, SETS[name][1]['test']))
+        local = name in SETS and DATA_DIR and os.path.exists(os.path.join(DATA_DIR, SETS[name].files['test']))
         _found[name] = 'mirror' if local else 'download' if fetch(name) else None
     return _found[name]
 
@@ -180,6 +181,14 @@ def run_script(script, *args, cwd, check=True, nproc=None):
     return result
 
 
+def run_here(script, *args, cwd):
+    """Run one of the repo's scripts in this process (fast: torch is already imported), in cwd."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        patch.setattr(sys, 'argv', [script, *args])
+        runpy.run_path(os.path.join(ROOT, script), run_name='__main__')
+
+
 # the tiny training run that the script tests share: small enough to train in seconds
 TINY = ['--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=32',
         '--cond_dim=16', '--block_size=32', '--batch_size=8', '--gradient_accumulation_steps=1', '--eval_iters=2',
@@ -188,19 +197,34 @@ TINY = ['--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2', '--
 TINY_RUN = [a for a in TINY if a.split('=')[0] not in ('--n_layer', '--n_head', '--n_embd', '--cond_dim')]
 
 
+def train(workdir, out_dir, *args, config=None, **kw):
+    """train.py's TINY run on data/shakespeare_char into workdir/out_dir (run_script's CompletedProcess): args
+    after TINY override it, a config file before it is overridden by it."""
+    return run_script('train.py', *([config] if config else []), '--dataset=shakespeare_char', *TINY,
+                      f'--out_dir={out_dir}', *args, cwd=workdir, **kw)
+
+
+def metrics(workdir, out_dir):
+    """The records of a run's metrics.jsonl."""
+    return [json.loads(line) for line in open(workdir / out_dir / 'metrics.jsonl')]
+
+
+def stored_checkpoint(workdir, out_dir):
+    """A run's ckpt.pt as train.py stored it (a dict of tensors and settings; no model built)."""
+    return torch.load(workdir / out_dir / 'ckpt.pt', weights_only=True)
+
+
 @pytest.fixture(scope='session')
 def char_ckpt(workdir):
     """out_dir (relative to workdir) of a tiny char-level model trained briefly on data/shakespeare_char."""
-    run_script('train.py', *TINY, '--dataset=shakespeare_char', '--out_dir=out-char', '--max_iters=30',
-               '--eval_interval=30', '--learning_rate=3e-3', cwd=workdir)
+    train(workdir, 'out-char', '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3')
     return 'out-char'
 
 
 @pytest.fixture(scope='session')
 def mdm_ckpt(workdir):
     """out_dir (relative to workdir) of a tiny char-level encoder (MDM) trained briefly on data/shakespeare_char."""
-    run_script('train.py', *TINY, '--architecture=encoder', '--dataset=shakespeare_char', '--out_dir=out-mdm',
-               '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3', cwd=workdir)
+    train(workdir, 'out-mdm', '--architecture=encoder', '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3')
     return 'out-mdm'
 
 
@@ -211,8 +235,7 @@ def bpe_ckpt(workdir):
     folder.mkdir(parents=True, exist_ok=True)
     synthetic_gpt2_ids(40_000, seed=1).tofile(folder / 'train.bin')
     synthetic_gpt2_ids(6_410, seed=2).tofile(folder / 'val.bin')
-    run_script('train.py', *TINY, '--dataset=webtext', '--out_dir=out-bpe', '--max_iters=10', '--eval_interval=10',
-               '--learning_rate=3e-3', cwd=workdir)
+    train(workdir, 'out-bpe', '--dataset=webtext', '--max_iters=10', '--eval_interval=10', '--learning_rate=3e-3')
     return 'out-bpe'
 
 
@@ -241,20 +264,14 @@ def peak_memory_run(script, *args, cwd):
 
 
 def one_line_error(script, *args, cwd):
-    """Run a script in this process (fast: torch is already imported) and return the one-line
-    error it stops with; fail the test if it does not stop that way."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    argv, sys.argv = sys.argv, [script, *args]
+    """run_here a script and return the one-line error it stops with; fail the test if it does not stop
+    that way."""
     try:
-        runpy.run_path(os.path.join(ROOT, script), run_name='__main__')
+        run_here(script, *args, cwd=cwd)
     except SystemExit as e:
         message = str(e.code)
     else:
         pytest.fail(f'{script} {" ".join(args)} ran to the end instead of stopping with an error')
-    finally:
-        sys.argv = argv
-        os.chdir(old)
     assert message.startswith('error: ') and '\n' not in message, message
     return message
 
@@ -269,11 +286,14 @@ def says(message, *parts):
 # tiny models and what the scripts print
 
 
+TINY_BLOCK = 16  # tiny_model's block_size
+
+
 def tiny_model(seed=0, **kw):
-    """A small AO-GPT in eval mode (block 16, 11 tokens) whose every weight matters."""
+    """A small AO-GPT in eval mode (block TINY_BLOCK, 11 tokens) whose every weight matters."""
     from model import GPT, GPTConfig
     torch.manual_seed(seed)
-    args = dict(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | kw
+    args = dict(block_size=TINY_BLOCK, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | kw
     model = GPT(GPTConfig(**args)).eval()
     with torch.no_grad():  # random (not the init's small) norm weights and biases, so every path matters
         for p in model.parameters():

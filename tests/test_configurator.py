@@ -1,5 +1,4 @@
 """Tests for configurator.configure: flags, config files, type checks, errors and --help."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -7,9 +6,8 @@ import textwrap
 import pytest
 
 from configurator import configure
-from conftest import says
+from conftest import ROOT, says
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = dict(out_dir='out', learning_rate=6e-4, max_iters=5000, compile=True, init_from=None)
 
 
@@ -152,7 +150,7 @@ def test_broken_config_file_is_one_line(tmp_path, source, message):
 
 
 def test_check_settings():
-    from configurator import at_least, check_settings, one_of, optional_int
+    from common import at_least, check_settings, one_of, optional_int
     rules = {'max_iters': at_least(1), 'out_dir': one_of('out', 'runs'), 'init_from': optional_int(2)}
     check_settings(dict(DEFAULTS), rules)
     check_settings(dict(DEFAULTS, init_from=3), rules)
@@ -168,7 +166,7 @@ def test_check_settings():
 
 
 def test_only_rank_zero_speaks_under_torchrun(monkeypatch):
-    from configurator import fail
+    from common import fail
     monkeypatch.setenv('RANK', '1')
     with pytest.raises(SystemExit) as exc:
         fail('bad')
@@ -200,6 +198,36 @@ def test_a_fractional_float_is_refused_in_a_file_and_a_flag_alike(tmp_path):
     path = write(tmp_path, 'cfg.py', 'max_iters = 1000.5\n')
     says(error_of(path), f'max_iters in {path}', 'an int', 'got 1000.5')
     says(error_of('--max_iters=1000.5'), '--max_iters', 'an int', "got '1000.5'")
+
+
+@pytest.mark.parametrize('value', ['1e1', '10.0'])
+def test_a_whole_float_is_an_int_where_the_default_is_none(tmp_path, value):
+    # a None default stands for an optional int (sample.py's --max_new_tokens, --top_k): the same rule as --max_iters
+    from common import check_settings, optional_int
+    from_file, _ = run(write(tmp_path, 'cfg.py', f'init_from = {value}\n'))
+    from_flag, _ = run(f'--init_from={value}')
+    assert from_file['init_from'] == from_flag['init_from'] == 10
+    assert type(from_file['init_from']) is type(from_flag['init_from']) is int
+    check_settings(from_flag, {'init_from': optional_int(1)})
+
+
+def test_a_fractional_float_is_refused_where_the_default_is_none():
+    from common import check_settings, optional_int
+    namespace, _ = run('--init_from=1.5')
+    with pytest.raises(SystemExit) as exc:
+        check_settings(namespace, {'init_from': optional_int(1)})
+    message = str(exc.value.code)
+    assert message.startswith('error: ') and '\n' not in message, message
+    says(message, '--init_from', 'None or an int >= 1', 'got 1.5')
+
+
+@pytest.mark.parametrize('arg, fix', [('-x', '--x'), ('-max_iters=10', '--max_iters=10')])
+def test_an_option_with_one_dash_is_one_line_naming_the_fix(arg, fix):
+    says(error_of(arg), f"'{arg}' is not an option", '--key=value', f'did you mean {fix}?', '--help')
+
+
+def test_a_value_may_start_with_a_dash():
+    assert run('--learning_rate', '-1e-3')[0]['learning_rate'] == -1e-3
 
 
 def test_return_value_holds_only_changed_keys(capsys):

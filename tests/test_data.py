@@ -1,13 +1,18 @@
 """Data preparation: the shakespeare_char script end to end, the openwebtext tokenize-and-write path on local text."""
 import json
+import os
 import pickle
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tiktoken
 from datasets import load_dataset
 
-from conftest import synthetic_play
+import data.openwebtext.prepare as openwebtext
+from conftest import ROOT, synthetic_play
 from data.openwebtext.prepare import split_val, tokenize, write_bins
 
 
@@ -24,6 +29,46 @@ def test_shakespeare_char(shakespeare):
     assert len(train) + len(val) == 1115394
     assert abs(len(val) / 1115394 - 0.1) < 1e-3
     assert ''.join(meta['itos'][int(i)] for i in train[:14]) == 'First Citizen:'
+
+
+@pytest.mark.needs('gpt2_bpe')
+def test_shakespeare_in_gpt2_bpe(shakespeare, tmp_path):  # shakespeare: skips unless the text can be had
+    """data/shakespeare: the same text and split as the char set, in GPT-2 BPE (nanoGPT's counts), no meta.pkl."""
+    for name in ('shakespeare_char', 'shakespeare'):  # the BPE script takes its text from the char script
+        (tmp_path / name).mkdir()
+        shutil.copy(os.path.join(ROOT, 'data', name, 'prepare.py'), tmp_path / name)
+    subprocess.run([sys.executable, tmp_path / 'shakespeare' / 'prepare.py'], check=True, capture_output=True)
+    train = np.fromfile(tmp_path / 'shakespeare' / 'train.bin', dtype=np.uint16)
+    val = np.fromfile(tmp_path / 'shakespeare' / 'val.bin', dtype=np.uint16)
+    assert (len(train), len(val)) == (301966, 36059)
+    assert tiktoken.get_encoding('gpt2').decode(train[:3].tolist()) == 'First Citizen:'
+    assert not (tmp_path / 'shakespeare' / 'meta.pkl').exists()
+
+
+@pytest.mark.parametrize('mirror,problem', [('nowhere', 'AOGPT_DATA_DIR={} does not exist'),
+                                            ('a_file', 'AOGPT_DATA_DIR={} is a file'),
+                                            ('empty', 'tinyshakespeare/input.txt not found: AOGPT_DATA_DIR={}')])
+def test_shakespeare_char_with_a_wrong_mirror_is_one_line_on_stderr(tmp_path, mirror, problem):
+    (tmp_path / 'a_file').write_text('')
+    (tmp_path / 'empty').mkdir()
+    (tmp_path / 'run').mkdir()  # the script in a folder without input.txt, so it looks in the mirror
+    script = shutil.copy(os.path.join(ROOT, 'data', 'shakespeare_char', 'prepare.py'), tmp_path / 'run')
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True,
+                         env=os.environ | {'AOGPT_DATA_DIR': str(tmp_path / mirror)})
+    assert out.returncode == 1 and out.stdout == ''
+    assert out.stderr.startswith('error: ') and out.stderr.count('\n') == 1, out.stderr
+    assert problem.format(tmp_path / mirror) in out.stderr
+
+
+def test_openwebtext_without_the_hub_is_one_line(monkeypatch):
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'Skylion007/openwebtext' on the Hub (OfflineModeIsEnabled)\nmore")
+    monkeypatch.setattr(openwebtext, 'load_dataset', offline)
+    with pytest.raises(SystemExit) as stop:
+        openwebtext.main()
+    message = str(stop.value.code)
+    assert message.startswith('error: could not load Skylion007/openwebtext') and '\n' not in message
+    assert 'OfflineModeIsEnabled' in message and 'connect to the network' in message
 
 
 @pytest.mark.needs('gpt2_bpe')

@@ -23,16 +23,16 @@ from model import GPT, GPTConfig
 
 
 @torch.no_grad()
-def slow_ensemble_logprobs(model, x, sigma, context_orders, n_members):
+def slow_ensemble_logprobs(model, x, sigma, context_orders, ensemble):
     """The authors' algorithm: one full forward of the whole block per (target, member).
 
     Member j > 0 reads the context set sigma[:i] in context_orders(i)[j-1], then sigma[i:]; the
     loss of slot i is -log p(x[sigma_i] | the context in that order).
     """
     n = len(x)
-    out = torch.empty(n_members, n)
+    out = torch.empty(ensemble, n)
     for i in range(n):
-        orders = [sigma[:i], *context_orders(i)[:n_members - 1]]
+        orders = [sigma[:i], *context_orders(i)[:ensemble - 1]]
         for j, context in enumerate(orders):
             _, loss = model(x[None], torch.cat([context, sigma[i:]])[None], reduction='none')
             out[j, i] = -loss[0, i]
@@ -152,7 +152,7 @@ def test_cli_char_level(workdir, char_ckpt):
     out = eval_ppl(workdir, f'--out_dir={char_ckpt}', '--dataset=shakespeare_char', '--ensemble', '4',
                    '--max_chunks=3', '--out_json=ppl.json', '--device=cpu', '--dtype=float32')
     header, row = out.stdout.splitlines()[-3:-1]
-    assert header.split()[:8] == ['dataset', 'tokens', 'l2r', 'ppl', 'any-order', 'ppl', 'M=2', 'M=4']
+    assert header.split()[:8] == ['dataset', 'tokens', 'l2r', 'ppl', 'any-order', 'ppl', 'ensemble=2', 'ensemble=4']
     assert row.split()[:2] == ['shakespeare_char', '96']
     result = json.load(open(workdir / 'ppl.json'))
     assert result['seed'] == 1337 and result['ensemble'] == 4 and result['block_size'] == 32
@@ -194,8 +194,16 @@ def test_any_order_in_bf16_as_the_authors_sigma_gpt_script(workdir, char_ckpt):
         return result['results']['shakespeare_char']['ppl']
     bf16, fp32 = ppl('bfloat16'), ppl('float32')
     assert bf16['l2r'] == fp32['l2r']  # --l2r_dtype is its own setting
-    for m in ('1', '2'):  # any-order and M=2: bf16 autocast rounds, a little
-        assert bf16[m] != fp32[m] and bf16[m] == pytest.approx(fp32[m], rel=0.01)
+    for size in ('1', '2'):  # any-order and ensemble=2: bf16 autocast rounds, a little
+        assert bf16[size] != fp32[size] and bf16[size] == pytest.approx(fp32[size], rel=0.01)
+
+
+def test_encoder_settings_on_a_decoder_are_noted_as_ignored(workdir, char_ckpt):
+    out = eval_ppl(workdir, f'--out_dir={char_ckpt}', '--max_chunks=1', '--device=cpu', '--mc_samples=4').stdout
+    notes = [line for line in out.splitlines() if line.startswith('note: ')]
+    assert len(notes) == 1, out
+    says(notes[0], '--mc_samples is ignored', "encoder's NELBO bound", 'is not an encoder')
+    assert 'ignored' not in eval_ppl(workdir, f'--out_dir={char_ckpt}', '--max_chunks=1', '--device=cpu').stdout
 
 
 def test_cli_bpe_sets(workdir, bpe_ckpt):
@@ -291,10 +299,10 @@ def test_a_set_too_short_for_one_chunk_per_batch(workdir, bpe_ckpt):
     assert out.stdout.splitlines()[-1].split()[:2] == ['words.txt', '32']
 
 
-def test_readme_library_example_equals_the_script(workdir, char_ckpt):
-    """The README's example of the library, run as it is written, gives eval_ppl.py's numbers."""
-    readme = open(os.path.join(ROOT, 'README.md')).read()
-    code = readme.split('The library used directly')[1].split('```python\n')[1].split('```')[0]
+def test_docs_library_example_equals_the_script(workdir, char_ckpt):
+    """The docs' example of the library, run as it is written, gives eval_ppl.py's numbers."""
+    page = open(os.path.join(ROOT, 'docs', 'models.md')).read()
+    code = page.split('The library used directly')[1].split('```python\n')[1].split('```')[0]
     code = code.replace('out-shakespeare-char/ckpt.pt', f'{char_ckpt}/ckpt.pt')
     printed = subprocess.run([sys.executable, '-c', code], cwd=workdir, capture_output=True, text=True,
                              env=dict(os.environ, PYTHONPATH=ROOT), check=True).stdout

@@ -95,6 +95,41 @@ def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
     assert findings.own_loss('mixed', dict(val_l2r=2.0, val_ao=3.0)) == pytest.approx(2.9)
 
 
+def started_sweep(findings, out):
+    """The smoke preset's l2r sweep in out/runs as findings.py starts it: each run's args.json written by
+    run_jobs itself, its training a no-op. Returns [(name, flags)]."""
+    p = findings.PRESETS['smoke']
+    runs = list(findings.sweep_runs(p, ['l2r']).items())
+    jobs = [findings.train_job(name, p, flags, str(out / 'runs' / name)) for name, flags in runs]
+    findings.run_jobs([findings.Job(job.name, ['-c', 'pass'], job.log, False, job.settings) for job in jobs], 1, 0)
+    return runs
+
+
+def test_a_copied_or_renamed_folder_holds_the_same_runs(tmp_path):
+    import findings
+    p = findings.PRESETS['smoke']
+    runs = started_sweep(findings, tmp_path / 'first')
+    shutil.copytree(tmp_path / 'first', tmp_path / 'copy')
+    (tmp_path / 'first').rename(tmp_path / 'renamed')
+    for out in ('copy', 'renamed'):
+        for name, flags in runs:
+            folder = tmp_path / out / 'runs' / name
+            assert str(tmp_path) not in (folder / 'args.json').read_text()  # settings, not paths
+            findings.train_job(name, p, flags, str(folder))  # accepted
+    with pytest.raises(SystemExit) as stop:  # while other settings are still refused
+        findings.train_job(runs[0][0], p, runs[0][1] | dict(seed=1), str(tmp_path / 'copy' / 'runs' / runs[0][0]))
+    says(str(stop.value.code), 'holds a run with other settings')
+
+
+def test_a_cut_args_json_is_one_line(tmp_path, workdir):
+    import findings
+    name = started_sweep(findings, tmp_path)[0][0]
+    args = tmp_path / 'runs' / name / 'args.json'
+    args.write_text(args.read_text()[:20])  # as a kill mid-write would leave it
+    says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={tmp_path}', '--only=2', '--dry_run', cwd=workdir),
+         f'{args} is not JSON', f'delete the run folder {args.parent} to train it again')
+
+
 @pytest.mark.slow
 def test_the_readme_section_is_rewritten_from_the_results(smoke):
     out, _, readme = smoke
@@ -112,6 +147,7 @@ def test_the_readme_section_is_rewritten_from_the_results(smoke):
 def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
     out, _, _ = smoke
     before = metrics_files(out)
+    wall = json.loads((out / 'results.json').read_text())['settings']
     result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=1,7', cwd=workdir)
     assert 'started' not in result.stdout and 'train sweep-l2r-lr0.01-gate1: done, skipped' in result.stdout
     assert 'train encoder-s1: done, skipped' in result.stdout  # finding 6's encoder samples (7 names 6)
@@ -119,6 +155,8 @@ def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
     assert metrics_files(out) == before
     results = json.loads((out / 'results.json').read_text())
     assert [f['finding'] for f in results['findings']] == ['sweep', '1', '6']
+    key = 'wall minutes, summed over the calls that ran jobs'  # the first call's, not this one's few seconds
+    assert results['settings'][key] == wall[key] > 0
 
 
 @pytest.mark.slow
@@ -157,7 +195,7 @@ def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
     args = cut / 'runs' / 'sweep-l2r-lr0.01-gate1' / 'args.json'
     args.write_text(args.read_text()[:20])
     says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={cut}', '--only=2', cwd=workdir), 'args.json',
-         'not JSON', 'delete it')
+         'not JSON', 'delete the run folder')
     no_markers = tmp_path / 'README.md'
     no_markers.write_text('# a readme\n')
     from findings import write_readme

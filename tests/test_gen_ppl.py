@@ -2,24 +2,22 @@
 samples file round-trips, bad inputs give one line."""
 import json
 import math
-import os
-import runpy
 import statistics
-import sys
 from collections import Counter
 
 import pytest
 import torch
 
 from common import read_checkpoint
-from conftest import ROOT, one_line_error, says, tiny_model
+from conftest import one_line_error, run_here, says, stored_checkpoint, tiny_model
 from scoring import load_scorer, score_samples, summarize, unigram_entropy
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
 
-def records_of(rows, known=()):
-    return [dict(tokens=row, known=list(k), seconds=0.5) for row, k in zip(rows, known or [[]] * len(rows))]
+def records_of(rows, known_positions=()):
+    return [dict(tokens=row, known_positions=list(k), seconds=0.5)
+            for row, k in zip(rows, known_positions or [[]] * len(rows))]
 
 
 def hand_statistics(nlls, generated):
@@ -42,15 +40,15 @@ def check_summary(records, scored, generated):
 def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2):
     from transformers import GPT2LMHeadModel
     rows = torch.randint(50257, (7, 20), generator=torch.Generator().manual_seed(0)).tolist()
-    known = [[0, 1, 2], [], [], [5, 19], [], [], []]  # a prompt, and given tokens inside (not scored)
-    records = records_of(rows, known)
+    known_positions = [[0, 1, 2], [], [], [5, 19], [], [], []]  # a prompt, and given tokens inside (not scored)
+    records = records_of(rows, known_positions)
     nll, tokens, context, weights = load_scorer(tiny_gpt2, 'cpu')
     assert (tokens, context, weights) == (('gpt2', 50257), 1024, None)
     scored = score_samples(records, nll, 3, 'cpu')  # 7 samples: batches of 3, 3 and the remainder 1
 
     hf = GPT2LMHeadModel.from_pretrained(tiny_gpt2).eval()
     nlls, generated = [], []
-    for row, given in zip(rows, known):
+    for row, given in zip(rows, known_positions):
         with torch.no_grad():
             logp = hf(torch.tensor([row])).logits[0].double().log_softmax(-1)
         nlls.append([-logp[p - 1, row[p]].item() for p in range(1, len(row)) if p not in given])
@@ -92,10 +90,7 @@ def test_unigram_entropy_by_hand():
 
 def run_gen_ppl(workdir, *args):
     """Run the script in this process (torch and transformers are imported already); its results."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(workdir)
-        patch.setattr(sys, 'argv', ['gen_ppl.py', '--device=cpu', *args])
-        runpy.run_path(os.path.join(ROOT, 'gen_ppl.py'), run_name='__main__')
+    run_here('gen_ppl.py', '--device=cpu', *args, cwd=workdir)
     return json.loads((workdir / 'gen.json').read_text())['results']
 
 
@@ -139,7 +134,7 @@ def check_sample_nlls(scorer, lines, results):
 
 def test_the_scorers_weights_are_named(workdir, char_ckpt, capsys):
     # the raw weights of a checkpoint that has only those, whatever --use_ema (the sampler's) says
-    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    checkpoint = stored_checkpoint(workdir, char_ckpt)
     torch.save({k: v for k, v in checkpoint.items() if k != 'ema'}, workdir / 'raw-only.pt')
     for scorer, weights in [(f'{char_ckpt}/ckpt.pt', 'EMA'), ('raw-only.pt', 'raw')]:
         run_gen_ppl(workdir, f'--out_dir={char_ckpt}', f'--scorer={scorer}', '--use_ema=False', '--num_samples=2',
@@ -151,7 +146,7 @@ def test_the_scorers_weights_are_named(workdir, char_ckpt, capsys):
 
 
 def test_a_scorer_that_stores_no_vocabulary_scores_ids_of_its_size(workdir, char_ckpt, capsys):
-    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    checkpoint = stored_checkpoint(workdir, char_ckpt)
     torch.save({k: v for k, v in checkpoint.items() if k != 'vocab'}, workdir / 'no-vocab.pt')  # 65 ids, as nanoGPT's
     expected = run_gen_ppl(workdir, f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--num_samples=3',
                            '--batch_size=3', '--steps=4', '--samples_out=ids.jsonl', '--out_json=gen.json')
@@ -169,7 +164,7 @@ def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny
     assert len(results) == 1 and results[0]['n'] == 5
     assert 1 < results[0]['gen_ppl'] < 2 * 50257  # a random scorer: about the vocabulary size
     lines = [json.loads(line) for line in (workdir / 'bpe.jsonl').read_text().splitlines()]
-    assert all(r['known'] == [0] and max(r['tokens']) < 50257 for r in lines)  # no padding ids drawn
+    assert all(r['known_positions'] == [0] and max(r['tokens']) < 50257 for r in lines)  # no padding ids drawn
 
 
 @pytest.fixture(scope='module')

@@ -1,25 +1,22 @@
 """What a GPU run uses, exercised on the CPU: bf16 autocast, torch.compile (inductor's CPU backend,
 which needs a C++ compiler) in training, cached sampling and ensembled evaluation, and the MFU line.
 Each compiled run is compared with the same run uncompiled. The models are tiny: compiling dominates."""
-import json
 import math
 import re
 
 import pytest
 
-import conftest
-from conftest import run_script
+from conftest import metrics, run_script, samples, train
 from model import GPT, GPTConfig
 
 pytestmark = pytest.mark.slow
-TRAIN = ['--dataset=shakespeare_char', *conftest.TINY, '--max_iters=10', '--eval_interval=5', '--learning_rate=3e-3',
-         '--peak_flops=1e9']
 
 
 def train_bf16(workdir, compile):
     out_dir = f'out-bf16-compile-{compile}'
-    out = run_script('train.py', *TRAIN, '--dtype=bfloat16', f'--compile={compile}', f'--out_dir={out_dir}', cwd=workdir)
-    return out.stdout, [json.loads(line) for line in open(workdir / out_dir / 'metrics.jsonl')]
+    out = train(workdir, out_dir, '--max_iters=10', '--eval_interval=5', '--learning_rate=3e-3', '--peak_flops=1e9',
+                '--dtype=bfloat16', f'--compile={compile}')
+    return out.stdout, metrics(workdir, out_dir)
 
 
 @pytest.fixture(scope='module')
@@ -60,12 +57,10 @@ def test_compiled_bf16_training_matches_eager(workdir, bf16_eager):
 def test_compiled_cached_sampling_matches_eager(workdir, char_ckpt, args):
     # one token per step, a random order: two compiled graphs (the first step, whose cache is empty, and the
     # rest); speculative decoding: per-row cache lengths and masks, new slots in varying numbers
-    def samples(compile):
-        out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=2', '--device=cpu', '--dtype=float32',
-                         f'--compile={compile}', *args, cwd=workdir).stdout
-        texts = ''.join(line for line in out.splitlines(True) if not line.startswith('override: '))
-        return texts.split('\n---------------\n')[:-1]
-    compiled, eager = samples(True), samples(False)
+    def drawn(compile):
+        return samples(run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=2', '--device=cpu',
+                                  '--dtype=float32', f'--compile={compile}', *args, cwd=workdir).stdout)
+    compiled, eager = drawn(True), drawn(False)
     assert compiled == eager and len(compiled) == 2 and all(len(text) == 32 for text in compiled)
 
 
@@ -73,5 +68,5 @@ def test_compiled_ensemble_evaluation_matches_eager(workdir, char_ckpt):
     rows = [run_script('eval_ppl.py', f'--out_dir={char_ckpt}', '--ensemble=2', '--max_chunks=3', '--device=cpu',
                        f'--compile={compile}', cwd=workdir).stdout.splitlines()[-1].split() for compile in (True, False)]
     assert rows[0][:2] == rows[1][:2] == ['shakespeare_char', '96']
-    for compiled, eager in zip(rows[0][2:5], rows[1][2:5]):  # l2r, any-order, M=2
+    for compiled, eager in zip(rows[0][2:5], rows[1][2:5]):  # l2r, any-order, ensemble=2
         assert float(compiled) == pytest.approx(float(eager), rel=1e-4)

@@ -56,16 +56,16 @@ def direct(model, x, n):
 
 
 @torch.no_grad()
-def direct_mixture(model, x, n, m, seed):
-    """The M-order mixture of each of the last n tokens, summed, one full forward per (token, member): member 1
+def direct_mixture(model, x, n, ensemble, seed):
+    """The ensemble's mixture of each of the last n tokens, summed, one full forward per (token, member): member 1
     reads the prefix left to right, the others in the orders random_context_orders draws with the seed."""
     x, identity = torch.tensor(x), torch.arange(len(x))
-    orders = random_context_orders(identity, m - 1, seed)
+    orders = random_context_orders(identity, ensemble - 1, seed)
     total = 0.0
     for i in range(len(x) - n, len(x)):
         logps = [-model(x[None], torch.cat([context, identity[i:]])[None], reduction='none')[1][0, i].double()
                  for context in [identity[:i], *orders(i)]]
-        total += (torch.stack(logps).logsumexp(0) - math.log(m)).item()
+        total += (torch.stack(logps).logsumexp(0) - math.log(ensemble)).item()
     return total
 
 
@@ -246,7 +246,7 @@ def test_simple_evaluate_equals_the_direct_computation(workdir, bpe_ckpt):
 
 def skip_without_the_mirror():
     if not needs('lambada', 'wikitext2'):  # '': they come from downloads, which the local tasks do not read
-        pytest.skip('the local tasks read the data mirror: set AOGPT_DATA_DIR (README, Tests)')
+        pytest.skip('the local tasks read the data mirror: set AOGPT_DATA_DIR (docs/tests.md)')
 
 
 def task_manager():

@@ -3,17 +3,14 @@ import contextlib
 import io
 import json
 import math
-import os
-import runpy
 import shutil
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 import conftest
-from conftest import one_line_error, run_script, samples, says
+from conftest import one_line_error, run_here, run_script, samples, says
 from model import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -92,6 +89,7 @@ TRAIN = [
     (['--learning_rate=0'], ('--learning_rate', '> 0')),
     (['--learning_rate=nan'], ('--learning_rate expects a finite float',)),
     (['--dropout=1'], ('--dropout', '[0, 1)')),
+    (['--gate_init=-1e9', '--dtype=float16'], ('--gate_init', '[-10, 10]', 'got -1000000000.0')),
     (['--random_ratio=1.5'], ('--random_ratio', '[0, 1]')),
     (['--lr_decay_iters=5'], ('--lr_decay_iters (5)', 'larger than --warmup_iters (5)')),
     (['--min_lr=1.0'], ('--min_lr (1.0)', 'not exceed --learning_rate')),
@@ -218,7 +216,9 @@ EVAL = [
     ([f'--init_from={AUTHORS}', '--max_chunks=2'],  # no characters stored, and 96 ids against 65
      ('reads the ids of a 96-token', 'shakespeare_char', '65-character')),
     (['--data_file=data/sized96/val.bin'], ('reads the ids of a 65-character', 'data/sized96/val.bin', '96-token')),
-    (['--dataset=ptb', '--data_dir=nowhere'], ('nowhere/ptb/ptb.test.txt not found',)),
+    (['--dataset=ptb', '--data_dir=nowhere'], ('--data_dir=nowhere does not exist', 'drop --data_dir')),
+    (['--dataset=ptb', '--data_dir=bad/notes.pt'], ('--data_dir=bad/notes.pt is a file', 'drop --data_dir')),
+    (['--dataset=ptb', '--data_dir=bad'], ('bad/ptb/ptb.test.txt not found', 'in --data_dir=bad')),
     # HF_DATASETS_OFFLINE=1: no network
     (['--dataset=ptb', '--data_dir=', '--out_dir=out-bpe'], ('could not fetch ptb',)),
 ]
@@ -227,6 +227,13 @@ EVAL = [
 @pytest.mark.parametrize('args,parts', EVAL)
 def test_eval_ppl_bad_input(workdir, char_ckpt, bpe_ckpt, files, sized_data, args, parts):
     says(one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir), *parts)
+
+
+@pytest.mark.parametrize('mirror,problem', [('nowhere', 'does not exist'), ('bad/notes.pt', 'is a file')])
+def test_a_wrong_data_dir_in_the_environment_is_named(workdir, char_ckpt, files, monkeypatch, mirror, problem):
+    monkeypatch.setenv('AOGPT_DATA_DIR', mirror)  # --data_dir's default
+    says(one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', '--dataset=ptb', cwd=workdir),
+         f'AOGPT_DATA_DIR={mirror} {problem}', 'unset AOGPT_DATA_DIR')
 
 
 BENCH = [
@@ -271,10 +278,8 @@ def stripped(workdir, char_ckpt, name, *keys):
 def output_of(script, *args, cwd):
     """Run a script to the end in this process (fast: torch is already imported); return its stdout."""
     out = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
-        patch.chdir(cwd)
-        patch.setattr(sys, 'argv', [script, *args])
-        runpy.run_path(os.path.join(conftest.ROOT, script), run_name='__main__')
+    with contextlib.redirect_stdout(out):
+        run_here(script, *args, cwd=cwd)
     return out.getvalue()
 
 

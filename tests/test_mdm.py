@@ -8,7 +8,7 @@ import torch
 
 import conftest
 from conftest import (N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given,
-                      one_line_error, run_script, says, tiny_mdm)
+                      one_line_error, says, stored_checkpoint, tiny_mdm, train)
 from model import GPTConfig, MDM
 from training import l2r_cuts, sample_masks
 
@@ -220,14 +220,13 @@ def test_rotary_bf16_autocast():
 
 
 def test_train_rotary_encoder_and_resume_exactly(workdir):
-    def train(out_dir, *args):
-        return run_script('train.py', '--dataset=shakespeare_char', *conftest.TINY, '--architecture=encoder',
-                          '--position_encoding=rotary', '--eval_interval=4', '--lr_decay_iters=8',
-                          '--learning_rate=3e-3', f'--out_dir={out_dir}', *args, cwd=workdir)
-    train('out-rope-straight', '--max_iters=8')
-    train('out-rope-halves', '--max_iters=4')
-    train('out-rope-halves', '--max_iters=8', '--init_from=resume')
-    a, b = (torch.load(workdir / f'out-rope-{run}' / 'ckpt.pt', weights_only=True) for run in ('straight', 'halves'))
+    def rope(out_dir, *args):
+        return train(workdir, out_dir, '--architecture=encoder', '--position_encoding=rotary', '--eval_interval=4',
+                     '--lr_decay_iters=8', '--learning_rate=3e-3', *args)
+    rope('out-rope-straight', '--max_iters=8')
+    rope('out-rope-halves', '--max_iters=4')
+    rope('out-rope-halves', '--max_iters=8', '--init_from=resume')
+    a, b = (stored_checkpoint(workdir, f'out-rope-{run}') for run in ('straight', 'halves'))
     assert a['iter_num'] == b['iter_num'] == 8 and a['model_args']['position_encoding'] == 'rotary'
     assert 'transformer.wpe.weight' not in a['model']
     for part in ('model', 'ema'):

@@ -75,7 +75,7 @@ def eval_ppl(workdir, mdm_ckpt, *args):
 
 def test_cli_encoder(workdir, mdm_ckpt):
     out, header, row, result = eval_ppl(workdir, mdm_ckpt, '--ensemble', '4')
-    assert header == ['dataset', 'tokens', 'l2r', 'ppl', 'any-order', 'ppl', 'M=2', 'M=4', 'time']
+    assert header == ['dataset', 'tokens', 'l2r', 'ppl', 'any-order', 'ppl', 'ensemble=2', 'ensemble=4', 'time']
     assert 'left-to-right exact in float32, 32 forwards per chunk' in out
     assert 'context-order ensembles do not apply' in out
     assert result['mc_samples'] == 32 and result['ensemble'] == 4

@@ -31,24 +31,24 @@ def prompt(name, rows=3, seed=0):
 
 
 def record_steps(model, x, known, steps, **options):
-    """generate's output, order and each step's (targets, logits)."""
+    """generate's output, decoding order and each step's (targets, logits)."""
     record = []
-    out, order = generate(model, x, known, steps, generator=torch.Generator().manual_seed(1),
+    out, sigma = generate(model, x, known, steps, generator=torch.Generator().manual_seed(1),
                           on_step=lambda t, l: record.append((t.clone(), l.clone())), **options)
-    return out, order, record
+    return out, sigma, record
 
 
-@pytest.mark.parametrize('policy', ['random', 'confidence'])
+@pytest.mark.parametrize('order', ['random', 'confidence'])
 @pytest.mark.parametrize('steps,schedule', [(None, 'linear'), (2, 'linear'), (3, 'cosine')])
 @pytest.mark.parametrize('name', ['none', 'infill'])
-def test_steps_decode_the_scheduled_number_of_tokens(model, policy, steps, schedule, name):
+def test_steps_decode_the_scheduled_number_of_tokens(model, order, steps, schedule, name):
     x, known = prompt(name)
     n = int((~known).sum())
     steps = n if steps is None else steps
-    _, order, record = record_steps(model, x, known, steps, policy=policy, schedule=schedule)
+    _, sigma, record = record_steps(model, x, known, steps, order=order, schedule=schedule)
     assert [t.size(1) for t, _ in record] == step_sizes(n, steps, schedule)
     decoded = torch.cat([t for t, _ in record], 1)
-    assert torch.equal(decoded, order)
+    assert torch.equal(decoded, sigma)
     assert torch.equal(decoded.sort(1).values, (~known).nonzero().squeeze(1).expand(3, n))  # each once
 
 
@@ -60,18 +60,18 @@ def canvas(model, x, known, decoded):
     return torch.where(shown, x, model.mask_id)
 
 
-@pytest.mark.parametrize('policy', ['random', 'l2r', 'confidence'])
+@pytest.mark.parametrize('order', ['random', 'l2r', 'confidence'])
 @pytest.mark.parametrize('name', ['none', 'prefix', 'infill'])
 @torch.no_grad()
-def test_engine_logits_are_a_forward_of_the_canvas(model, policy, name):
+def test_engine_logits_are_a_forward_of_the_canvas(model, order, name):
     x, known = prompt(name)
-    out, order, record = record_steps(model, x.clone(), known, 3, policy=policy)
+    out, sigma, record = record_steps(model, x.clone(), known, 3, order=order)
     done = 0
     for targets, logits in record:
-        z = canvas(model, out, known, order[:, :done])
+        z = canvas(model, out, known, sigma[:, :done])
         torch.testing.assert_close(logits, model.forward_masked(z, out_positions=targets), atol=1e-5, rtol=0)
-        if policy == 'confidence':  # the step took the most confident of all the positions still masked
-            remaining = order[:, done:]
+        if order == 'confidence':  # the step took the most confident of all the positions still masked
+            remaining = sigma[:, done:]
             scores = confidence_scores(model.forward_masked(z, out_positions=remaining), 'maxprob')
             best = remaining.gather(1, scores.topk(targets.size(1), dim=1).indices)
             assert torch.equal(best.sort(1).values, targets.sort(1).values)
@@ -105,35 +105,35 @@ def test_encoder_logits_do_not_depend_on_the_order_of_the_context(model):
                               final_step_logits(decoder, x, second, targets))
 
 
-@pytest.mark.parametrize('policy,steps', [('random', 3), ('confidence', 3), ('ancestral', 12)])
+@pytest.mark.parametrize('order,steps', [('random', 3), ('confidence', 3), ('ancestral', 12)])
 @pytest.mark.parametrize('name', ['prefix', 'infill'])
-def test_known_tokens_never_change(model, policy, steps, name):
+def test_known_tokens_never_change(model, order, steps, name):
     x, known = prompt(name, rows=16)
     given = x[:, known].clone()
-    out, order = generate(model, x, known, steps, policy=policy, generator=torch.Generator().manual_seed(2))
+    out, sigma = generate(model, x, known, steps, order=order, generator=torch.Generator().manual_seed(2))
     assert torch.equal(out[:, known], given)
     assert out.max() < V  # no [MASK] left
-    assert torch.equal(order.sort(1).values, (~known).nonzero().squeeze(1).expand(16, -1))
+    assert torch.equal(sigma.sort(1).values, (~known).nonzero().squeeze(1).expand(16, -1))
 
 
-@pytest.mark.parametrize('policy', ['random', 'confidence', 'ancestral'])
-def test_ids_past_n_tokens_are_never_drawn(model, policy):
+@pytest.mark.parametrize('order', ['random', 'confidence', 'ancestral'])
+def test_ids_past_n_tokens_are_never_drawn(model, order):
     x, known = prompt('none', rows=64)
-    out, _ = generate(model, x, known, 4, policy=policy, generator=torch.Generator().manual_seed(0), n_tokens=3)
+    out, _ = generate(model, x, known, 4, order=order, generator=torch.Generator().manual_seed(0), n_tokens=3)
     assert out.max() == 2
 
 
 def test_ancestral_needs_the_encoder():
     x = torch.zeros(2, 16, dtype=torch.long)
     with pytest.raises(ValueError, match='ancestral.*encoder'):
-        generate(tiny_model(), x, torch.zeros(16, dtype=torch.bool), 4, policy='ancestral')
+        generate(tiny_model(), x, torch.zeros(16, dtype=torch.bool), 4, order='ancestral')
 
 
 # -----------------------------------------------------------------------------
 # the ancestral rule, seen through the canvases of its forwards
 
 def ancestral_forwards(model, monkeypatch, x, known, steps, seed=0, **options):
-    """generate's (x, order) with policy='ancestral', and the canvas of each forward it ran."""
+    """generate's (x, decoding order) with order='ancestral', and the canvas of each forward it ran."""
     canvases = []
     forward = model.forward_masked
 
@@ -142,16 +142,16 @@ def ancestral_forwards(model, monkeypatch, x, known, steps, seed=0, **options):
         return forward(z, out_positions)
     with monkeypatch.context() as patch:
         patch.setattr(model, 'forward_masked', recorded)
-        out, order = generate(model, x.clone(), known, steps, policy='ancestral',
+        out, sigma = generate(model, x.clone(), known, steps, order='ancestral',
                               generator=torch.Generator().manual_seed(seed), **options)
-    return out, order, canvases
+    return out, sigma, canvases
 
 
 def test_ancestral_reuses_the_forward_only_while_nothing_changed(model, monkeypatch):
     x, known = prompt('infill', rows=4)  # 5 tokens in 40 steps: most steps reveal nothing
-    out, order, every = ancestral_forwards(model, monkeypatch, x, known, 40, reuse_forward=False)
-    reused, reused_order, needed = ancestral_forwards(model, monkeypatch, x, known, 40)
-    assert torch.equal(reused, out) and torch.equal(reused_order, order)
+    out, sigma, every = ancestral_forwards(model, monkeypatch, x, known, 40, reuse_forward=False)
+    reused, reused_sigma, needed = ancestral_forwards(model, monkeypatch, x, known, 40)
+    assert torch.equal(reused, out) and torch.equal(reused_sigma, sigma)
     assert len(every) == 40
     # a forward is needed before each step that reveals something, where the canvas changes next
     after = every[1:] + [out]
@@ -164,8 +164,8 @@ def test_ancestral_reuses_the_forward_only_while_nothing_changed(model, monkeypa
 def test_ancestral_reveals_each_masked_position_with_probability_t_minus_s_over_t(model, monkeypatch, schedule):
     rows, steps = 3000, 5
     x, known = prompt('infill', rows=rows)
-    out, order, canvases = ancestral_forwards(model, monkeypatch, x, known, steps, schedule=schedule,
-                                              reuse_forward=False)
+    out, decoded, canvases = ancestral_forwards(model, monkeypatch, x, known, steps, schedule=schedule,
+                                                reuse_forward=False)
     t = [1 - i / steps if schedule == 'linear' else math.cos(math.pi / 2 * i / steps) for i in range(steps + 1)]
     masked = torch.stack([z == model.mask_id for z in canvases] + [out == model.mask_id])  # before each step, after
     assert not masked[-1].any()  # all decoded
@@ -175,8 +175,8 @@ def test_ancestral_reveals_each_masked_position_with_probability_t_minus_s_over_
         sigma = math.sqrt(at_risk * p * (1 - p))
         assert abs(revealed - at_risk * p) <= 4 * sigma + 1e-9, (i, revealed, at_risk * p)
         assert (masked[i + 1] <= masked[i]).all()  # a revealed token stays
-    # the order lists the positions by the step that revealed them
-    step_of = masked.sum(0).gather(1, order)  # steps each position stayed masked
+    # the decoding order lists the positions by the step that revealed them
+    step_of = masked.sum(0).gather(1, decoded)  # steps each position stayed masked
     assert (step_of[:, 1:] >= step_of[:, :-1]).all()
 
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import needs, peak_memory_run
+from conftest import needs, peak_memory_run, stored_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def test_train(workdir, real_ckpt):
     out, peak = real_ckpt
     print(f'train.py, block 1024, bf16 autocast: peak {peak:.0f} MB')
     assert 'tokens per iteration: 4,096' in out and 'saved checkpoint to out-real' in out
-    ckpt = torch.load(workdir / 'out-real' / 'ckpt.pt', weights_only=True)
+    ckpt = stored_checkpoint(workdir, 'out-real')
     assert ckpt['model_args']['block_size'] == 1024 and ckpt['model_args']['vocab_size'] == 50304
     assert ckpt['iter_num'] == 2 and ckpt['vocab'] == 'gpt2'
     assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in ckpt['model'].values())

@@ -6,13 +6,12 @@ import pytest
 import torch
 
 from common import parse_infill, prompt_tokens
-from conftest import run_script, samples, says, tiny_model
+from conftest import TINY_BLOCK as T, run_script, samples, says, tiny_model
 from engine import Sampling, confidence_scores, filter_probs, generate, inverse_cdf, sample_tokens, step_sizes
 from fixtures.reference import load
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
-T = 16  # tiny_model's block_size
 KNOWN = {
     'none': [False] * T,
     'prefix': [True] * 5 + [False] * 11,
@@ -45,7 +44,7 @@ def test_cached_decoding_equals_uncached_forwards(injection, prompt, order, conf
     given = x[:, known].clone()
     steps = n if steps is None else steps
     record = []
-    out, sigma = generate(model, x.clone(), known, steps, schedule=schedule, policy=order, confidence=confidence,
+    out, sigma = generate(model, x.clone(), known, steps, schedule=schedule, order=order, confidence=confidence,
                           generator=torch.Generator().manual_seed(1),
                           on_step=lambda t, l: record.append((t.clone(), l.clone())))
     assert torch.equal(out[:, known], given)  # every known token stays at its position
@@ -164,7 +163,7 @@ def test_seeded_sampling_is_deterministic(order):
 
     def run(seed, temperature=1.0):
         x = torch.zeros(4, T, dtype=torch.long)
-        return generate(model, x, known, 4, Sampling(temperature), policy=order,
+        return generate(model, x, known, 4, Sampling(temperature), order=order,
                         generator=torch.Generator().manual_seed(seed))
 
     (a, sigma_a), (b, sigma_b), (c, _) = run(0), run(0), run(1)
@@ -177,7 +176,7 @@ def test_seeded_sampling_is_deterministic(order):
 @pytest.mark.parametrize('order', ['random', 'confidence'])
 def test_ids_past_n_tokens_are_never_drawn(order):
     # the padding rows of a GPT-2 table (50257 of 50304 are tokens) stand for ids 6..10 here
-    x, _ = generate(tiny_model(), torch.zeros(64, T, dtype=torch.long), torch.tensor(KNOWN['none']), 4, policy=order,
+    x, _ = generate(tiny_model(), torch.zeros(64, T, dtype=torch.long), torch.tensor(KNOWN['none']), 4, order=order,
                     generator=torch.Generator().manual_seed(0), n_tokens=6)
     assert x.max() == 5
 
@@ -185,7 +184,7 @@ def test_ids_past_n_tokens_are_never_drawn(order):
 def test_greedy_l2r_equals_argmax_of_full_forwards():
     model = tiny_model()
     x, _ = generate(model, torch.zeros(2, T, dtype=torch.long), torch.tensor(KNOWN['prefix']), 11,
-                    Sampling(temperature=0), policy='l2r')
+                    Sampling(temperature=0), order='l2r')
     with torch.no_grad():
         logits, _ = model(x, torch.arange(T).expand(2, T))
     assert torch.equal(x[:, 5:], logits[:, 5:T].argmax(-1))

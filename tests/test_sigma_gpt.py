@@ -5,8 +5,7 @@ import os
 import pytest
 import torch
 
-import conftest
-from conftest import ROOT, run_script, samples, says
+from conftest import ROOT, run_script, samples, says, stored_checkpoint, train
 from fixtures.reference import load
 from checkpoints import CheckpointError, load_checkpoint, weights_read
 from model import GPT, GPTConfig
@@ -99,22 +98,19 @@ def test_tying_survives_ema_and_checkpoints(tmp_path):
 # -----------------------------------------------------------------------------
 # train.py from the recipe, exact resume, then sample.py and eval_ppl.py on the checkpoint
 
-def train(workdir, out_dir, *args):
-    config = os.path.join(ROOT, 'config', 'train_sigma_gpt_small.py')
-    return run_script('train.py', config, '--dataset=shakespeare_char', *conftest.TINY, f'--out_dir={out_dir}',
-                      '--eval_interval=3', '--lr_decay_iters=6', '--learning_rate=3e-3', *args, cwd=workdir)
-
-
 @pytest.fixture(scope='module')
 def sigma_ckpt(workdir):
-    train(workdir, 'sigma-straight', '--max_iters=6')
-    train(workdir, 'sigma-halves', '--max_iters=3')
-    train(workdir, 'sigma-halves', '--max_iters=6', '--init_from=resume')
+    def recipe(out_dir, *args):
+        return train(workdir, out_dir, '--eval_interval=3', '--lr_decay_iters=6', '--learning_rate=3e-3', *args,
+                     config=os.path.join(ROOT, 'config', 'train_sigma_gpt_small.py'))
+    recipe('sigma-straight', '--max_iters=6')
+    recipe('sigma-halves', '--max_iters=3')
+    recipe('sigma-halves', '--max_iters=6', '--init_from=resume')
     return 'sigma-halves'
 
 
 def test_recipe_trains_and_resumes_exactly(workdir, sigma_ckpt):
-    a, b = (torch.load(workdir / d / 'ckpt.pt', weights_only=True) for d in ('sigma-straight', sigma_ckpt))
+    a, b = (stored_checkpoint(workdir, d) for d in ('sigma-straight', sigma_ckpt))
     assert a['model_args']['target_injection'] == 'add' and a['iter_num'] == b['iter_num'] == 6
     assert 'lm_head.bias' not in a['model'] and 'transformer.ln_f.bias' in a['model']
     for part in ('model', 'ema'):
@@ -144,4 +140,4 @@ def test_checkpoint_evaluates(workdir, sigma_ckpt):
                      '--max_chunks=2', '--use_ema=False', '--device=cpu', '--dtype=float32', cwd=workdir)
     row = out.stdout.splitlines()[-1].split()
     assert row[:2] == ['shakespeare_char', '64']
-    assert all(1 < float(v) < 65 for v in row[2:5]), out.stdout  # l2r, any-order, M=2
+    assert all(1 < float(v) < 65 for v in row[2:5]), out.stdout  # l2r, any-order, ensemble=2

@@ -8,12 +8,10 @@ import re
 import pytest
 import torch
 
-from conftest import one_line_error, run_script, samples, says, tiny_mdm, tiny_model
-from engine import Sampling, Speculation, check_policy, generate, sampling_probs
+from conftest import TINY_BLOCK as T, one_line_error, run_script, samples, says, tiny_mdm, tiny_model
+from engine import Sampling, Speculation, check_order, generate, sampling_probs
 
 pytestmark = pytest.mark.usefixtures('one_thread')
-
-T = 16  # tiny_model's block_size
 
 
 def full_order(known, order):
@@ -21,21 +19,21 @@ def full_order(known, order):
     return torch.cat([known.nonzero().squeeze(1), order])
 
 
-@pytest.mark.parametrize('policy', ['random', 'l2r'])
+@pytest.mark.parametrize('order', ['random', 'l2r'])
 @pytest.mark.parametrize('k', [2, 3, 8])
 @pytest.mark.parametrize('injection', ['adaln', 'add'])
-def test_greedy_equals_the_argmax_of_full_forwards(policy, k, injection):
+def test_greedy_equals_the_argmax_of_full_forwards(order, k, injection):
     model = tiny_model(target_injection=injection).double()
     known = torch.zeros(T, dtype=torch.bool)
     known[[0, 1, 6, 11]] = True
     x = torch.randint(0, 11, (6, T), generator=torch.Generator().manual_seed(0))
     stats = Speculation()
-    x, order = generate(model, x, known, 12, Sampling(temperature=0), policy=policy, speculate=k,
-                        generator=torch.Generator().manual_seed(1), stats=stats)
+    x, decoded = generate(model, x, known, 12, Sampling(temperature=0), order=order, speculate=k,
+                          generator=torch.Generator().manual_seed(1), stats=stats)
     g = int(known.sum())
     with torch.no_grad():
-        logits, _ = model(x, torch.stack([full_order(known, o) for o in order]))
-    assert torch.equal(x.gather(1, order), logits[:, g:T].argmax(-1))  # each token the argmax given those before it
+        logits, _ = model(x, torch.stack([full_order(known, o) for o in decoded]))
+    assert torch.equal(x.gather(1, decoded), logits[:, g:T].argmax(-1))  # each token the argmax given those before it
     assert stats.forwards <= 12 and stats.tests > 0  # never more forwards than one token per step
     assert 0 < stats.kept < stats.tests  # rows kept different numbers of drafts: the per-row cache was exercised
 
@@ -53,7 +51,7 @@ def exact_joint(model, x, known, orders, n_tokens, sampling):
     return total / len(orders)
 
 
-def chi_square(model, known, policy, sampling, n_tokens=3, rows=6000, **options):
+def chi_square(model, known, order, sampling, n_tokens=3, rows=6000, **options):
     """Pearson's chi-square of `rows` samples of generate(**options) against the exact joint, and its degrees
     of freedom."""
     unknown = (~known).nonzero().squeeze(1)
@@ -61,9 +59,9 @@ def chi_square(model, known, policy, sampling, n_tokens=3, rows=6000, **options)
     completions = torch.tensor(list(itertools.product(range(n_tokens), repeat=n)))
     x = torch.full((completions.size(0), T), 4)
     x[:, unknown] = completions
-    orders = [torch.tensor(o) for o in itertools.permutations(unknown.tolist())] if policy == 'random' else [unknown]
+    orders = [torch.tensor(o) for o in itertools.permutations(unknown.tolist())] if order == 'random' else [unknown]
     expected = rows * exact_joint(model, x, known, orders, n_tokens, sampling)
-    drawn, _ = generate(model, torch.full((rows, T), 4), known, options.pop('steps', n), sampling, policy=policy,
+    drawn, _ = generate(model, torch.full((rows, T), 4), known, options.pop('steps', n), sampling, order=order,
                         generator=torch.Generator().manual_seed(0), n_tokens=n_tokens, **options)
     index = (drawn[:, unknown] * n_tokens ** torch.arange(n - 1, -1, -1)).sum(1)
     observed = torch.bincount(index, minlength=completions.size(0)).double()
@@ -77,17 +75,17 @@ def critical(dof):
     return dof + 3.1 * math.sqrt(2 * dof) + 4
 
 
-@pytest.mark.parametrize('policy,sampling', [('random', Sampling()), ('l2r', Sampling()),
-                                             ('random', Sampling(temperature=0.7, top_k=2)),
-                                             ('random', Sampling(top_p=0.8))])
-def test_samples_follow_the_exact_joint_of_one_token_per_step(policy, sampling):
+@pytest.mark.parametrize('order,sampling', [('random', Sampling()), ('l2r', Sampling()),
+                                            ('random', Sampling(temperature=0.7, top_k=2)),
+                                            ('random', Sampling(top_p=0.8))])
+def test_samples_follow_the_exact_joint_of_one_token_per_step(order, sampling):
     model = tiny_model().double()
     known = torch.zeros(T, dtype=torch.bool)
     known[:T - 3] = True  # 3 unknown positions of 3 tokens: 27 completions, enumerated
     known[5] = False
     known[T - 1] = True
     for k in (2, 4):
-        chi2, dof = chi_square(model, known, policy, sampling, speculate=k)
+        chi2, dof = chi_square(model, known, order, sampling, speculate=k)
         assert chi2 < critical(dof), (k, chi2, dof)
 
 
@@ -102,9 +100,9 @@ def test_the_test_tells_independent_draws_from_the_joint():
 
 def test_refused_in_one_line():
     with pytest.raises(ValueError, match='order=random or --order=l2r'):
-        check_policy(tiny_model(), 'confidence', 4)
+        check_order(tiny_model(), 'confidence', 4)
     with pytest.raises(ValueError, match='encoder'):
-        check_policy(tiny_mdm(), 'random', 4)
+        check_order(tiny_mdm(), 'random', 4)
     with pytest.raises(ValueError, match='steps must be the 16 unknown'):
         generate(tiny_model(), torch.zeros(1, T, dtype=torch.long), torch.zeros(T, dtype=torch.bool), 4, speculate=2)
 

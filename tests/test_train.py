@@ -9,21 +9,9 @@ import torch
 
 import conftest
 from configurator import read_config_file
-from conftest import ROOT, needs, one_line_error, run_script, says
+from conftest import ROOT, metrics, needs, one_line_error, run_script, says, stored_checkpoint, train
 
 TINY = ['--dataset=shakespeare_char', *conftest.TINY]
-
-
-def train(workdir, out_dir, *args, **kw):
-    return run_script('train.py', *TINY, f'--out_dir={out_dir}', *args, cwd=workdir, **kw)
-
-
-def load(workdir, out_dir):
-    return torch.load(workdir / out_dir / 'ckpt.pt', weights_only=True)
-
-
-def metrics(workdir, out_dir):
-    return [json.loads(line) for line in open(workdir / out_dir / 'metrics.jsonl')]
 
 
 def test_loss_falls_and_everything_is_recorded(workdir, monkeypatch):
@@ -40,7 +28,7 @@ def test_loss_falls_and_everything_is_recorded(workdir, monkeypatch):
     first, last = records[0], records[-1]
     assert first['val_l2r'] > 4.0 and first['val_ao'] > 4.0  # ~log(65) at init
     assert last['val_l2r'] < first['val_l2r'] - 0.7 and last['val_ao'] < first['val_ao'] - 0.6
-    ckpt = load(workdir, 'out-falls')
+    ckpt = stored_checkpoint(workdir, 'out-falls')
     assert ckpt['iter_num'] == 150 and ckpt['ema_updates'] == 151
     assert set(ckpt) >= {'model', 'ema', 'optimizer', 'scaler', 'model_args', 'config', 'fixed_order'}
     assert not torch.equal(ckpt['ema']['lm_head.weight'], ckpt['model']['lm_head.weight'])
@@ -63,7 +51,7 @@ def test_resume_is_exact(workdir, order):
     train(workdir, f'straight-{order}', *common, '--max_iters=20')
     train(workdir, f'halves-{order}', *common, '--max_iters=10')
     train(workdir, f'halves-{order}', *common, '--max_iters=20', '--init_from=resume')
-    a, b = load(workdir, f'straight-{order}'), load(workdir, f'halves-{order}')
+    a, b = stored_checkpoint(workdir, f'straight-{order}'), stored_checkpoint(workdir, f'halves-{order}')
     assert a['iter_num'] == b['iter_num'] == 20
     for part in ('model', 'ema'):
         for name, tensor in a[part].items():
@@ -92,7 +80,7 @@ def test_encoder_trains_on_its_nelbo(workdir):
 
 @pytest.mark.parametrize('args,parts', [
     (['--order=l2r'], ['--order=l2r', 'random masks']),
-    (['--target_injection=add'], ['--target_injection=add', 'adaLN']),
+    (['--target_injection=add'], ['target_injection', "got 'add'", 'adaLN']),
 ])
 def test_encoder_bad_settings_are_one_line(workdir, args, parts):
     says(one_line_error('train.py', *TINY, '--out_dir=out-mdm-bad', '--architecture=encoder', *args, cwd=workdir),
@@ -103,7 +91,7 @@ def test_ddp_two_processes_with_gloo(workdir):
     out = run_script('train.py', *TINY, '--out_dir=out-ddp', '--gradient_accumulation_steps=2', '--max_iters=8',
                      '--eval_interval=8', cwd=workdir, nproc=2)
     assert out.stdout.count('tokens per iteration: 512') == 1  # 2 processes x 1 micro-step x 8 x 32, logged once
-    ckpt = load(workdir, 'out-ddp')
+    ckpt = stored_checkpoint(workdir, 'out-ddp')
     assert ckpt['iter_num'] == 8
     assert all(torch.isfinite(t).all() for t in ckpt['model'].values())
     assert all(math.isfinite(r['val_ao']) for r in metrics(workdir, 'out-ddp'))
@@ -126,6 +114,13 @@ def test_nonfinite_loss_before_any_checkpoint_says_there_is_none(workdir):
     says(message, 'stopped without saving', 'no checkpoint was written')
     assert 'untouched' not in message
     assert not (workdir / 'out-nan-first' / 'ckpt.pt').exists()
+
+
+def test_nonfinite_loss_at_iter_0_blames_the_start_not_the_learning_rate(workdir):
+    # no optimizer step is taken before the first evaluation: a lower learning rate would not help
+    message = one_line_error('train.py', *TINY, '--out_dir=out-nan-init', '--target_init_std=1e30', cwd=workdir)
+    says(message, 'at iter 0', 'no optimizer step was taken yet', 'gate_init and target_init_std')
+    assert 'lower learning_rate' not in message
 
 
 def test_torchrun_setting_errors_are_said_once(workdir):
@@ -161,7 +156,7 @@ def test_eval_only_scores_the_checkpoint_and_writes_nothing(workdir, char_ckpt):
 def test_init_from_authors_checkpoint(workdir, sized_data):  # 96 ids, as its vocabulary
     run_script('train.py', *conftest.TINY_RUN, '--out_dir=out-ref', '--init_from=authors.pt', '--dataset=sized96',
                '--max_iters=2', '--eval_interval=2', cwd=workdir)
-    ckpt = load(workdir, 'out-ref')
+    ckpt = stored_checkpoint(workdir, 'out-ref')
     assert ckpt['model_args']['n_embd'] == 64 and ckpt['model_args']['vocab_size'] == 96
     assert ckpt['config']['n_embd'] == 64 and ckpt['config']['cond_dim'] == 128  # the stored config: what was trained
 
@@ -209,7 +204,7 @@ def test_resume_with_the_config_file_it_was_trained_with(workdir, tmp_path):
     # target_init_std and gate_init shape only the initial weights, which a resume replaces: not a mismatch
     train(workdir, 'out-config', str(config), '--eval_interval=2', '--max_iters=4', '--init_from=resume',
           '--target_init_std=1.0', '--gate_init=1.0')
-    assert load(workdir, 'out-config')['iter_num'] == 4
+    assert stored_checkpoint(workdir, 'out-config')['iter_num'] == 4
     says(one_line_error('train.py', *TINY, '--out_dir=out-config', str(config), '--n_layer=3', '--init_from=resume',
                         cwd=workdir), '--n_layer=3', 'n_layer=1')
 
@@ -246,7 +241,7 @@ def test_order_file_is_the_fixed_order(workdir, tmp_path, suffix):
     path = write_order(tmp_path / f'order{suffix}', content)
     out_dir = f'out-order-file{suffix}'
     train(workdir, out_dir, '--order=fixed_random', f'--order_file={path}', '--max_iters=2', '--eval_interval=2')
-    ckpt = load(workdir, out_dir)
+    ckpt = stored_checkpoint(workdir, out_dir)
     assert torch.equal(ckpt['fixed_order'], order) and ckpt['config']['order_file'] == path
     if suffix == '.txt':  # resuming keeps the checkpoint's order and refuses another one
         train(workdir, out_dir, '--order=fixed_random', f'--order_file={path}', '--max_iters=4', '--eval_interval=2',

@@ -69,9 +69,9 @@ def write_bins(tokenized, out_dir, shards=1024):
 def main():
     try:
         dataset = load_dataset('Skylion007/openwebtext', num_proc=NUM_PROC)
-    except ConnectionError as e:
-        print(f'could not load Skylion007/openwebtext from the Hub (no network?): {e}')
-        sys.exit(1)
+    except ConnectionError as e:  # one line on stderr, exit 1, as the library's fail() (not imported here)
+        sys.exit(f'error: could not load Skylion007/openwebtext from the Hub ({str(e).splitlines()[0]}): it '
+                 f'downloads once, so connect to the network (HF_HUB_OFFLINE unset) and rerun')
     tokenized = tokenize(split_val(dataset['train']))
     counts = write_bins(tokenized, os.path.dirname(os.path.abspath(__file__)))
     for split, n in counts.items():

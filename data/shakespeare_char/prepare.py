@@ -20,21 +20,25 @@ URL = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 
 def fetch_input(input_path):
     """Copy input.txt from the offline mirror named by AOGPT_DATA_DIR, or else download it."""
+    # errors as the library's fail() says them (one line on stderr, exit 1); this script runs on its own, without it
     mirror = os.environ.get('AOGPT_DATA_DIR')
     if mirror:
+        if not os.path.isdir(mirror):
+            sys.exit(f"error: AOGPT_DATA_DIR={mirror} {'is a file' if os.path.exists(mirror) else 'does not exist'}: "
+                     f'point it at the data mirror (the folder holding tinyshakespeare/input.txt), or unset it to '
+                     f'download')
         source = os.path.join(mirror, 'tinyshakespeare', 'input.txt')
         if not os.path.exists(source):
-            print(f'{source} not found: AOGPT_DATA_DIR={mirror} is not a mirror of the data; unset it to download')
-            sys.exit(1)
+            sys.exit(f'error: {source} not found: AOGPT_DATA_DIR={mirror} is not a mirror of the data; unset it to '
+                     f'download')
         shutil.copy(source, input_path)
         return
     try:
         response = requests.get(URL, timeout=30)
         response.raise_for_status()
     except requests.RequestException as e:
-        print(f'could not download {URL} ({type(e).__name__}); place input.txt in {os.path.dirname(input_path)} '
-              f'and rerun')
-        sys.exit(1)
+        sys.exit(f'error: could not download {URL} ({type(e).__name__}); place input.txt in '
+                 f'{os.path.dirname(input_path)} and rerun')
     with open(input_path, 'w', encoding='utf-8') as f:
         f.write(response.text)
 

@@ -1,0 +1,46 @@
+"""
+Prepare tiny Shakespeare as GPT-2 BPE tokens: a small BPE dataset that trains on a CPU.
+
+    python data/shakespeare/prepare.py
+
+Gets input.txt as data/shakespeare_char/prepare.py does (this folder first, then $AOGPT_DATA_DIR,
+then a download) and writes train.bin / val.bin (uint16 GPT-2 ids) next to it; no meta.pkl, which
+is how a dataset folder says its ids are GPT-2 BPE.
+"""
+import os
+import sys
+
+import numpy as np
+import tiktoken
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/, for the char script
+from shakespeare_char.prepare import fetch_input  # noqa: E402  (one way to get the text, not two)
+
+
+def gpt2_encoding():
+    try:
+        return tiktoken.get_encoding('gpt2')
+    except Exception as e:  # tiktoken fetches its files once; offline without a cache it cannot
+        sys.exit(f'error: could not load the GPT-2 BPE ({type(e).__name__}): run once with a network, or set '
+                 f'TIKTOKEN_CACHE_DIR to a tiktoken cache (the data mirror has one, tiktoken_cache/)')
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    input_path = os.path.join(here, 'input.txt')
+    if not os.path.exists(input_path):
+        fetch_input(input_path)
+    with open(input_path, 'r', encoding='utf-8') as f:
+        data = f.read()
+
+    # the same contiguous 90/10 split as the character-level set, so val is the same stretch of text
+    n = len(data)
+    enc = gpt2_encoding()
+    for split, text in {'train': data[:int(n * 0.9)], 'val': data[int(n * 0.9):]}.items():
+        ids = np.array(enc.encode_ordinary(text), dtype=np.uint16)
+        print(f'{split} has {len(ids):,} tokens')
+        ids.tofile(os.path.join(here, f'{split}.bin'))
+
+
+if __name__ == '__main__':
+    main()
