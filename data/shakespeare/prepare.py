@@ -10,11 +10,10 @@ is how a dataset folder says its ids are GPT-2 BPE.
 import os
 import sys
 
-import numpy as np
 import tiktoken
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/, for the char script
-from shakespeare_char.prepare import fetch_input  # noqa: E402  (one way to get the text, not two)
+from shakespeare_char.prepare import read_splits, write_ids  # noqa: E402  (one way to get the text, not two)
 
 
 def gpt2_encoding():
@@ -27,19 +26,9 @@ def gpt2_encoding():
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    input_path = os.path.join(here, 'input.txt')
-    if not os.path.exists(input_path):
-        fetch_input(input_path)
-    with open(input_path, 'r', encoding='utf-8') as f:
-        data = f.read()
-
-    # the same contiguous 90/10 split as the character-level set, so val is the same stretch of text
-    n = len(data)
     enc = gpt2_encoding()
-    for split, text in {'train': data[:int(n * 0.9)], 'val': data[int(n * 0.9):]}.items():
-        ids = np.array(enc.encode_ordinary(text), dtype=np.uint16)
-        print(f'{split} has {len(ids):,} tokens')
-        ids.tofile(os.path.join(here, f'{split}.bin'))
+    for split, text in read_splits(here).items():  # the char set's text and split: val is the same stretch
+        write_ids(here, split, enc.encode_ordinary(text))
 
 
 if __name__ == '__main__':

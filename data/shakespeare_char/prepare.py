@@ -43,30 +43,36 @@ def fetch_input(input_path):
         f.write(response.text)
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    input_path = os.path.join(here, 'input.txt')
+def read_splits(folder):
+    """The play's text, fetched into folder/input.txt if missing, split into train and val."""
+    input_path = os.path.join(folder, 'input.txt')
     if not os.path.exists(input_path):
         fetch_input(input_path)
-
     with open(input_path, 'r', encoding='utf-8') as f:
         data = f.read()
     print(f'length of dataset in characters: {len(data):,}')
+    # contiguous split: the val text is a held-out stretch of the play, not random lines
+    n = len(data)
+    return {'train': data[:int(n * 0.9)], 'val': data[int(n * 0.9):]}
+
+
+def write_ids(folder, split, ids):
+    print(f'{split} has {len(ids):,} tokens')
+    np.array(ids, dtype=np.uint16).tofile(os.path.join(folder, f'{split}.bin'))
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    splits = read_splits(here)
 
     # the vocabulary is every character that occurs, in sorted order so ids are reproducible
-    chars = sorted(set(data))
+    chars = sorted(set(''.join(splits.values())))
     vocab_size = len(chars)
     print(f'vocab size: {vocab_size}')
     stoi = {ch: i for i, ch in enumerate(chars)}
     itos = {i: ch for i, ch in enumerate(chars)}
-
-    # contiguous split: the val text is a held-out stretch of the play, not random lines
-    n = len(data)
-    splits = {'train': data[:int(n * 0.9)], 'val': data[int(n * 0.9):]}
     for split, text in splits.items():
-        ids = np.array([stoi[c] for c in text], dtype=np.uint16)
-        print(f'{split} has {len(ids):,} tokens')
-        ids.tofile(os.path.join(here, f'{split}.bin'))
+        write_ids(here, split, [stoi[c] for c in text])
 
     with open(os.path.join(here, 'meta.pkl'), 'wb') as f:
         pickle.dump({'vocab_size': vocab_size, 'itos': itos, 'stoi': stoi}, f)
