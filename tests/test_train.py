@@ -164,7 +164,8 @@ def test_init_from_authors_checkpoint(workdir, sized_data):  # 96 ids, as its vo
 @pytest.mark.parametrize('name', ['train_ao_gpt_small', 'train_ao_gpt_medium', 'train_gpt_small',
                                   'train_shakespeare_char', 'train_sigma_gpt_small', 'train_ao_gpt_small_nocl',
                                   'train_mdm_shakespeare_char', 'train_sigma_gpt_shakespeare_char',
-                                  'train_order_l2r', 'train_order_fixed_random', 'train_order_block_random'])
+                                  'train_order_l2r', 'train_order_fixed_random', 'train_order_block_random',
+                                  'train_shakespeare', 'train_mdm_small'])
 def test_config_files_apply(workdir, name):
     # the real config, then a tiny model and data so that the evaluation at iteration 0 runs in seconds
     out = run_script('train.py', os.path.join(ROOT, 'config', f'{name}.py'), *TINY, '--max_iters=0',
