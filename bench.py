@@ -28,9 +28,10 @@ decoders with their KV cache (about flat in the steps), the encoder with a full 
 is timed once, after a warm-up, the models taking turns.
 speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`) against one
 token per step, the same samples' distribution: wall time (median round, taking turns as above),
-forwards per token and the share of drafts kept, in random and left-to-right order, at batch 1 and batch `batch_size`. How many drafts are kept
-depends on how much the model's predictions depend on each other, so give a trained `checkpoint`
-(its block size and weights); the bench's random model keeps nearly every draft, an upper bound.
+forwards per token and the share of drafts kept, in random and left-to-right order, at batch 1 and
+batch `batch_size`. How many drafts are kept depends on how much the model's predictions depend on
+each other, so give a trained `checkpoint` (its block size and weights); the bench's random model
+keeps nearly every draft, an upper bound.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """

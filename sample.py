@@ -17,8 +17,9 @@ with one full forward per step and no cache, and also takes 'ancestral', MDLM's 
 reveals every masked position with the same probability, so --steps may exceed the tokens (a step
 that reveals nothing costs nothing). speculate=k > 0 draws the samples of one token per step
 (random or l2r order) by any-subset speculative decoding: up to k tokens drafted at once, each kept
-or redrawn by an exact test, in fewer forwards (engine.speculative; it prints them). start: a prefix (or FILE:path); infill: a template whose
-`mask_token` markers are generated ([MASK] is one token, [MASK:5] five) around the known text.
+or redrawn by an exact test, in fewer forwards (engine.speculative; it prints them).
+start: a prefix (or FILE:path); infill: a template whose `mask_token` markers are generated ([MASK]
+is one token, [MASK:5] five) around the known text.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), or
 a Hugging Face Hub file hf:owner/repo/path. Character-level checkpoints carry their vocabulary.
 Tokens are drawn by inverse CDF in float64 (sample_dtype); top_p_mode='authors' is the authors'
