@@ -8,7 +8,8 @@ Speed figures as ratios, measured side by side in one run on the same model and 
 
 training: tokens/s of whole training steps (order sampling, forward, backward, AdamW) with
 left-to-right orders ('l2r', a plain GPT) and with the any-order mix ('mixed', 90% random
-permutations). The modes take turns, `rounds` times, and the median round of each is reported.
+permutations), each with learned and with rotary positions (model.py's position_encoding). The
+four take turns, `rounds` times, and the median round of each is reported.
 
 eval ensemble: eval_ppl.py's fast ensemble (of 8 context orders) against the authors' one full forward per
 (target, member), per block length, with how close the fast path gets to the sum of prefix lengths.
@@ -133,18 +134,25 @@ def median_seconds(runs, n_rounds=None):
 
 
 def bench_training():
-    torch.manual_seed(seed)
-    model = build(block_size)
-    run_steps = trainer(model)
-    modes = ('l2r', 'mixed')
-    seconds = median_seconds({mode: lambda mode=mode: run_steps(mode, train_steps) for mode in modes})
-    tokens_per_sec = {mode: train_steps * batch_size * block_size / s for mode, s in seconds.items()}
-    print(f'training: {model.get_num_params() / 1e6:.1f}M params, batch {batch_size} x {block_size}, '
+    """Training tok/s of left-to-right and any-order (mixed) orders, with learned and with rotary positions:
+    two models from the same seed, the four runs taking turns."""
+    encodings, modes = ('learned', 'rotary'), ('l2r', 'mixed')
+    steps = {}
+    for positions in encodings:
+        torch.manual_seed(seed)
+        model = build(block_size, position_encoding=positions)
+        steps[positions] = trainer(model)
+    seconds = median_seconds({(positions, mode): lambda run_steps=steps[positions], mode=mode: run_steps(mode, train_steps)
+                              for positions in encodings for mode in modes})
+    tokens_per_sec = {run: train_steps * batch_size * block_size / s for run, s in seconds.items()}
+    print(f'training: {model.get_num_params() / 1e6:.1f}M params (rotary), batch {batch_size} x {block_size}, '
           f'{device} {dtype}{" compiled" if compile else ""}')
-    for mode in modes:
-        print(f'  order={mode:<6} {tokens_per_sec[mode]:>12,.0f} tok/s')
-    overhead = tokens_per_sec['l2r'] / tokens_per_sec['mixed'] - 1
-    print(f'  any-order overhead (l2r tok/s / mixed tok/s - 1): {100 * overhead:+.1f}%')
+    print_table(['positions', *(f'order={mode} tok/s' for mode in modes), 'any-order overhead'],
+                [[positions, *(f'{tokens_per_sec[positions, mode]:,.0f}' for mode in modes),
+                  f"{100 * (tokens_per_sec[positions, 'l2r'] / tokens_per_sec[positions, 'mixed'] - 1):+.1f}%"]
+                 for positions in encodings])
+    cost = tokens_per_sec['learned', 'mixed'] / tokens_per_sec['rotary', 'mixed'] - 1
+    print(f'  rotary cost (learned tok/s / rotary tok/s - 1, mixed orders): {100 * cost:+.1f}%')
 
 
 def bench_eval(ns=(128, 256), ensemble=8, slow_sample=16):

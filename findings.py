@@ -3,25 +3,30 @@ The paper's findings (Xue et al., arXiv 2506.19935) reproduced by one command an
 reviewer would: every kind of model gets its own settings from one small sweep, the comparisons
 run over seeds, and every claim gets its effect, a 95% interval, its n and a verdict by one rule.
 
-    python findings.py --preset=cpu               # tiny Shakespeare, characters, 2 CPU cores (under 2 hours)
+    python findings.py --preset=cpu               # tiny Shakespeare, characters, 2 CPU cores (about 2 hours)
     python findings.py --preset=cpu --out_dir=docs/findings-cpu --readme=README.md   # as committed
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --dry_run     # the jobs and their commands; nothing is run
+    python findings.py --preset=cpu --only=plateau,long   # our own findings only (the mixed kind's sweep first)
+    python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 What it does, each run in its own folder out_dir/runs/<name> through train.py, eval_ppl.py and gen_ppl.py:
 1. Sweep. For each kind of model the findings compare (left-to-right GPT, AO-GPT with 10% left to
    right, AO-GPT on random orders only (NoCL), sigma-GPT, the encoder MDM), one run per point of the
-   preset's grid on the first seed: the learning rate (min_lr a tenth of it), and for the networks
-   with adaLN gates gate_init, and for the encoder its position encoding (learned or rotary). Every
-   other setting is the preset's and shared by all kinds (warm-up, EMA decay, batch, iterations). The
-   point with the lowest final validation loss in the kind's own training objective wins, and its run
-   is the kind's first seed.
+   preset's grid on the first seed: the learning rate (min_lr a tenth of it), gate_init for the
+   networks with adaLN gates (the cpu preset keeps it at the quick start's 1.0), and for every kind
+   its position encoding: 'learned' (the authors' absolute table) or 'rotary' (RoPE; a decoder's
+   queries at the target position, model.py). Every other setting is the preset's and shared by all
+   kinds (warm-up, EMA decay, batch, iterations). The point with the lowest final validation loss in
+   the kind's own training objective wins, and its run is the kind's first seed.
 2. Seeds. The kind's other seeds with the chosen settings; finding 2's fixed-order and block-wise
-   runs with the left-to-right kind's settings (they too train in one order).
+   runs with the left-to-right kind's settings (they too train in one order); our findings' runs with
+   the mixed kind's settings but the position encoding. A run with exactly the flags of a run already
+   planned (a sweep point, a kind's seed) is that run, not trained twice.
 3. Evaluations: eval_ppl.py (ensembles of context orders, the raw weights beside the EMA ones, the
-   encoder's NELBO), gen_ppl.py (AO-GPT's and the encoder's samples, one scorer), generation times.
+   encoder's NELBO), gen_ppl.py (AO-GPT's and the encoder's samples, one scorer), generation times
+   (every repeat kept, the two models taking turns).
 4. One PNG per figure, results.md and results.json in out_dir; with --readme, the README's
    Findings section (between its findings markers) rewritten from them.
 
@@ -33,15 +38,24 @@ The findings are numbered by the paper's figure that shows them (sample quality 
   4  context-order ensembles lower AO-GPT's perplexity, towards the encoder's NELBO bound (Figs. 3, 5)
   6  generation: AO-GPT's KV cache against the encoder's forward per step, in steps and in sequence
      length (Fig. 4); sample quality against steps, and AO-GPT's samples against the encoder's (Table 2)
-  8  adaLN against sigma-GPT's additive injection, and EMA against the raw weights
-(--only=5 and --only=7 name 4 and 6.)
+  8  adaLN against sigma-GPT's additive injection (each with the position encoding its sweep chose,
+     named in the claim), and EMA against the raw weights
+(--only=5 and --only=7 name 4 and 6.) Ours, not the paper's, labelled "(Ours)":
+  plateau  queries at the target position remove AO-GPT's plateau: the mixed kind at its chosen
+           settings with position_encoding 'learned', 'rotary' and 'rotary_plain' (the query at its own
+           position, as in a GPT), every seed; when each run's any-order loss first fell 0.1 nats below the
+           unigram entropy; rotary against learned, and rotary against rotary_plain
+  long     the same at block 256 (batch 4: the tokens per iteration of 64 x 16), 'learned' against
+           'rotary', 2 seeds, any-order and left-to-right losses (cpu and smoke presets; on the gpu
+           preset's block of 1,024 the plateau finding is already the long one)
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
 per-sample differences, a bootstrap interval within each seed, then over seeds; a comparison between
-runs on the per-seed numbers, by Welch's t interval of the difference of the means. A claim that rests
-on a run whose loss ended at the unigram entropy of the validation text (it did not learn) is not
-judged, and says so.
+runs on the per-seed numbers, by Welch's t interval of the difference of the means; a timing on its
+per-repeat log ratios, by a t interval over the repeats. A claim that rests on a run whose loss ended
+at the unigram entropy of the validation text (it did not learn) is not judged, and says so; our
+plateau findings measure that plateau, so only their rotary runs are held to it (the claims say so).
 
 Resumable: a run whose metrics.jsonl reached max_iters is not trained again, one with a ckpt.pt short
 of it resumes (--init_from=resume), an evaluation whose json exists is kept; a second call only
@@ -66,13 +80,14 @@ from checkpoints import load_checkpoint
 from common import at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl
 from configurator import configure
 from engine import generate
-from report import RULE, line_figure, number, paired_interval, spread, unpaired_interval, verdict, write_results
+from report import (RULE, line_figure, mean_interval, number, paired_interval, spread, unpaired_interval, verdict,
+                    write_results)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # -----------------------------------------------------------------------------
 preset = 'cpu'  # 'cpu', 'gpu' or 'smoke'
-only = ''  # comma list of findings (1, 2, 3, 4, 6, 8; 5 and 7 name 4 and 6); '' all
+only = ''  # comma list of findings (1, 2, 3, 4, 6, 8, plateau, long; 5 and 7 name 4 and 6); '' all
 out_dir = ''  # '': findings-<preset>
 seeds = 0  # seeds of every kind; 0: the preset's
 workers = 0  # runs side by side; 0: the preset's
@@ -86,12 +101,17 @@ FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1
             '3': 'A little left-to-right goes a long way (Fig. 2b)',
             '4': 'Context-order ensembles lower the perplexity, towards the encoder (Figs. 3, 5)',
             '6': 'Generation: time and sample quality (Fig. 4, Table 2)',
-            '8': 'AdaLN against additive injection; EMA against raw weights'}
+            '8': 'AdaLN against additive injection; EMA against raw weights',
+            'plateau': "(Ours) Queries at the target position remove AO-GPT's plateau",
+            'long': '(Ours) Queries at the target position at longer blocks'}
 ALIASES = {'5': '4', '7': '6'}
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
 STUCK = 0.05  # nats: a final loss this close to the unigram entropy (or above) means the run did not learn
 SAME = 0.1  # nats: "comparable" sample quality, log gen PPLs within 10%
+PLATEAU = 0.1  # nats: a run has left the plateau at the first evaluation this far below the unigram entropy
+POSITIONS = ('learned', 'rotary', 'rotary_plain')  # the plateau finding's settings (model.py)
+LONG_POSITIONS = ('learned', 'rotary')
 
 
 @dataclass
@@ -102,7 +122,6 @@ class Kind:
     flags: dict
     objective: dict
     adaln: bool = True  # it has adaLN gates, so the sweep tries gate_init
-    rotary: bool = False  # it can read rotary positions (the encoder), so the sweep tries position_encoding
 
 
 KINDS = {
@@ -111,24 +130,26 @@ KINDS = {
     'random': Kind('AO-GPT, random orders only (NoCL)', dict(order='random'), {'val_ao': 1.0}),
     'sigma': Kind('sigma-GPT, 10% left to right', MIX | dict(target_injection='add'), {'val_ao': 0.9, 'val_l2r': 0.1},
                   adaln=False),
-    'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}, rotary=True),
+    'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}),
 }
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
-                 '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma']}
+                 '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed']}
 
 PRESETS = {
-    # the quick start's model and data, 2,000 iterations a run: 38 runs and the evaluations fit 2 hours on 2 cores
+    # the quick start's model and data, 2,000 iterations a run; gate_init kept at the quick start's 1.0 so that
+    # the 45 runs and the evaluations fit about 2 hours on 2 cores
     'cpu': dict(
         config='config/train_shakespeare_char.py', dataset='shakespeare_char',
         train=dict(max_iters=2000, lr_decay_iters=2000, eval_interval=250, log_interval=250),
-        grid=dict(learning_rate=(3e-3, 1e-2), gate_init=(0.0, 1.0), position_encoding=('learned', 'rotary')),
+        grid=dict(learning_rate=(3e-3, 1e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
+        long=dict(block_size=256, batch_size=4),  # finding long: 4 x 256 tokens an iteration, as 16 x 64
         seeds=3, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
         eval=dict(ensemble=16, max_chunks=100),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run
-        timing=dict(steps=(4, 8, 16, 32, 64), lengths=(16, 32, 64), batch_size=16, repeats=3)),
+        timing=dict(steps=(4, 8, 16, 32, 64), lengths=(16, 32, 64), batch_size=16, repeats=5)),
     # GPT-2 small's recipe, shortened: 2,000 iterations of 131,072 tokens (262M tokens a run)
     'gpu': dict(
         config='config/train_ao_gpt_small.py', dataset='openwebtext',
@@ -147,14 +168,15 @@ PRESETS = {
         config='config/train_shakespeare_char.py', dataset='shakespeare_char',
         train=dict(n_layer=1, n_head=2, n_embd=32, cond_dim=16, block_size=32, batch_size=4, max_iters=30,
                    lr_decay_iters=30, warmup_iters=5, eval_interval=10, eval_iters=2, log_interval=10, order_block=8),
-        grid=dict(learning_rate=(1e-2, 3e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
+        grid=dict(learning_rate=(1e-2,), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
+        long=dict(block_size=64, batch_size=2),
         seeds=2, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12)],
         eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
                  batch_size=4),
         scorer='l2r',
-        timing=dict(steps=(4, 32), lengths=(8, 32), batch_size=2, repeats=1)),
+        timing=dict(steps=(4, 32), lengths=(8, 32), batch_size=2, repeats=2)),
 }
 
 
@@ -201,15 +223,20 @@ def report_ready():
 
 
 def selected_findings(text):
-    """The finding names of --only, in the paper's order; one line for an unknown one."""
+    """The finding names of --only, in the paper's order, ours last; one line for an unknown one, or for
+    finding long on a preset without long blocks."""
+    has_long = 'long' in PRESETS[preset]
     if not text.strip():
-        return list(FINDINGS)
+        return [name for name in FINDINGS if name != 'long' or has_long]
     names = set()
     for entry in text.split(','):
         name = ALIASES.get(entry.strip(), entry.strip())
         if name not in FINDINGS:
-            fail(f"--only takes finding numbers among {', '.join(FINDINGS)} (5 and 7 are parts of 4 and 6), "
+            fail(f"--only takes findings among {', '.join(FINDINGS)} (5 and 7 are parts of 4 and 6), "
                  f"got {entry.strip()!r}")
+        if name == 'long' and not has_long:
+            fail(f'--only=long: the {preset} preset has no long blocks (its block is already long: its finding '
+                 'plateau is the long-block one)')
         names.add(name)
     return [name for name in FINDINGS if name in names]
 
@@ -218,12 +245,12 @@ def selected_findings(text):
 # the runs: the sweep of each kind, then its other seeds; name -> train.py flags
 
 def grid_points(kind, grid):
-    """The sweep's points for a kind: {setting: value} for every combination of the axes it has."""
+    """The sweep's points for a kind: {setting: value} for every combination of the axes it has (every
+    kind has the learning rate and the position encoding; the networks with adaLN gates gate_init)."""
     axes = {'learning_rate': grid['learning_rate']}
     if KINDS[kind].adaln:
         axes['gate_init'] = grid['gate_init']
-    if KINDS[kind].rotary:
-        axes['position_encoding'] = grid['position_encoding']
+    axes['position_encoding'] = grid['position_encoding']
     return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
 
@@ -257,18 +284,42 @@ def choose(p, kind, runs_dir):
     return best[0], best[1], rows
 
 
-def seed_runs(p, findings, seed_list, chosen):
-    """{name: (flags, or the sweep run it is)} of the runs after the sweep: the kinds' other seeds, finding 2's."""
+def seed_runs(p, findings, seed_list, chosen, sweep):
+    """{name: flags, or the name of the run with the same flags} of the runs after the sweep: the kinds'
+    seeds (the first is the sweep's winner), finding 2's, ours (the mixed kind's settings, each position
+    encoding); sweep: the sweep's {name: flags}."""
     runs = {}
-    for kind, (point, winner, _) in chosen.items():
-        runs[f'{kind}-s{seed_list[0]}'] = winner
-        runs.update({f'{kind}-s{s}': run_flags(p, kind, point, s) for s in seed_list[1:]})
+    seeded = {kind for f in findings if f != 'long' for kind in FINDING_KINDS[f]}  # long needs the choice only
+    for kind, (point, _, _) in chosen.items():
+        if kind in seeded:
+            runs.update({f'{kind}-s{s}': run_flags(p, kind, point, s) for s in seed_list})
     if '2' in findings:
         point = chosen['l2r'][0]
         for i, order in enumerate(p['fixed_orders'], 1):
             runs[f'fixed{i}'] = run_flags(p, 'l2r', point, SEEDS[0]) | dict(order='fixed_random') | order
         runs.update({f'block-s{s}': run_flags(p, 'l2r', point, s) | dict(order='block_random') for s in seed_list})
-    return runs
+    at = lambda positions: chosen['mixed'][0] | dict(position_encoding=positions)
+    if 'plateau' in findings:
+        runs.update({f'mixed-{pe}-s{s}': run_flags(p, 'mixed', at(pe), s) for pe in POSITIONS for s in seed_list})
+    if 'long' in findings:
+        runs.update({f'mixed-long-{pe}-s{s}': run_flags(p, 'mixed', at(pe), s) | p['long']
+                     for pe in LONG_POSITIONS for s in seed_list[:2]})
+    return same_runs(runs, sweep)
+
+
+def same_runs(runs, planned):
+    """runs with each one whose flags are those of a planned run ({name: flags}) or of an earlier one in
+    runs replaced by that run's name: it is that run, not trained twice."""
+    key = lambda flags: json.dumps(flags, sort_keys=True)
+    first = {}
+    for name, flags in planned.items():
+        first.setdefault(key(flags), name)
+    out = {}
+    for name, flags in runs.items():
+        out[name] = first.setdefault(key(flags), name)
+        if out[name] == name:
+            out[name] = flags
+    return out
 
 
 # -----------------------------------------------------------------------------
@@ -390,49 +441,59 @@ def last_line(path):
 
 
 def time_generation(paths, steps, lengths, batch_size, repeats, seed=SEEDS[0]):
-    """Median wall seconds of generating batch_size sequences in a random order, through the library as
-    bench.py --run=arch (decoders with their KV cache, the encoder a forward per step): ({label: [per
-    number of steps, at the block size]}, {label: [per sequence length, one token per step]}, the block size)."""
+    """Wall seconds of generating batch_size sequences in a random order, through the library as bench.py
+    --run=arch (decoders with their KV cache, the encoder a forward per step), every repeat kept, the
+    models taking turns at each point so that a repeat's ratio compares timings under the same load:
+    ({label: [[seconds of each repeat] per number of steps, at the block size]}, {label: the same per
+    sequence length, one token per step}, the block size)."""
     device, dtype = default_device(), default_dtype()
-    by_steps, by_length = {}, {}
-    for label, path in paths.items():
-        model, _ = load_checkpoint(path, device)
+    models = {label: load_checkpoint(path, device)[0] for label, path in paths.items()}
 
-        def once(length, n_steps):
-            x = torch.zeros(batch_size, length, dtype=torch.long, device=device)
-            known = torch.zeros(length, dtype=torch.bool, device=device)
-            t0 = time.perf_counter()
-            with autocast(device, dtype):
-                generate(model, x, known, n_steps, generator=torch.Generator(device).manual_seed(seed))
-            if device == 'cuda':
-                torch.cuda.synchronize()
-            return time.perf_counter() - t0
+    def once(model, length, n_steps):
+        x = torch.zeros(batch_size, length, dtype=torch.long, device=device)
+        known = torch.zeros(length, dtype=torch.bool, device=device)
+        t0 = time.perf_counter()
+        with autocast(device, dtype):
+            generate(model, x, known, n_steps, generator=torch.Generator(device).manual_seed(seed))
+        if device == 'cuda':
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
-        median = lambda n, k: statistics.median(once(n, k) for _ in range(repeats))
-        block = model.config.block_size
-        once(block, steps[0])  # warm-up
-        by_steps[label] = [median(block, k) for k in steps]
-        by_length[label] = [median(n, n) for n in lengths]
-    return by_steps, by_length, block
+    def timed(points):
+        seconds = {label: [[] for _ in points] for label in models}
+        for _ in range(repeats):
+            for i, (length, n_steps) in enumerate(points):
+                for label, model in models.items():
+                    seconds[label][i].append(once(model, length, n_steps))
+        return seconds
+
+    block = next(iter(models.values())).config.block_size
+    for model in models.values():
+        once(model, block, steps[0])  # warm-up
+    return timed([(block, k) for k in steps]), timed([(n, n) for n in lengths]), block
 
 
 def generation_times(p, folders, seed, runs_dir):
-    """Finding 6's timings, measured once and kept in runs/generation_time.json."""
+    """Finding 6's timings, measured once and kept in runs/generation_time.json; measured again when that
+    file is of other settings (an older one kept no repeats)."""
     path = os.path.join(runs_dir, 'generation_time.json')
+    timing = p['timing']
+    wanted = dict(steps=list(timing['steps']), lengths=list(timing['lengths']), batch_size=timing['batch_size'],
+                  repeats=timing['repeats'])
     if os.path.exists(path):
-        print('generation time: done, skipped')
-        return read_json(path)
+        kept = read_json(path)
+        if {k: kept.get(k) for k in wanted} == wanted:
+            print('generation time: done, skipped')
+            return kept
+        print(f'generation time: {path} is of other settings or kept no repeats, measuring again')
     print('generation time: measuring')
     if p['threads']:
         torch.set_num_threads(p['threads'])  # as the runs: one thread each on the CPU
-    timing = p['timing']
     paths = {'AO-GPT (KV cache)': os.path.join(folders[f'mixed-s{seed}'], 'ckpt.pt'),
              'encoder MDM': os.path.join(folders[f'encoder-s{seed}'], 'ckpt.pt')}
     by_steps, by_length, block = time_generation(paths, timing['steps'], timing['lengths'], timing['batch_size'],
                                                  timing['repeats'])
-    result = dict(block_size=block, steps=list(timing['steps']),
-                  lengths=list(timing['lengths']), batch_size=timing['batch_size'], seconds=by_steps,
-                  seconds_by_length=by_length)
+    result = dict(block_size=block, **wanted, seconds=by_steps, seconds_by_length=by_length)
     with open(path, 'w') as f:
         json.dump(result, f)
     return result
@@ -474,13 +535,18 @@ class Measured:
 
     def stuck(self, names):
         """The runs among names whose final loss in their own objective sits at the unigram entropy: they
-        did not learn (a fixed-order run's objective is its order's loss)."""
+        did not learn (a fixed-order run's objective is its order's loss; a run's kind is its name's first
+        part: mixed-rotary-s1 is a mixed run)."""
         own = lambda n: self.metrics(n)[-1]['val_fixed'] if n.startswith(('fixed', 'block')) else \
-            own_loss(n.rsplit('-s', 1)[0], self.metrics(n)[-1])
+            own_loss(n.split('-')[0], self.metrics(n)[-1])
         return [n for n in names if own(n) > self.unigram - STUCK]
 
     def read(self, name, file):
         return read_json(os.path.join(self.folders[name], file))
+
+    def positions(self, names):
+        """The position encoding the runs trained with (their args.json), one text for all of them."""
+        return ', '.join(dict.fromkeys(self.read(n, 'args.json')['position_encoding'] for n in names))
 
     def chunk_nll(self, name, file, column):
         """Per-chunk NLL (nats per token) of one column of eval_ppl.py's one dataset."""
@@ -614,39 +680,46 @@ def finding_6(m, timing, gen):
 def generation_time(m, timing):
     return m.figure('fig4_generation_time.png',
                     f"Generation time against steps, {timing['block_size']} tokens (Fig. 4)", 'steps',
-                    f"seconds for {timing['batch_size']} samples",
-                    [(label, timing['steps'], [[t] for t in times]) for label, times in timing['seconds'].items()],
+                    f"seconds for {timing['batch_size']} samples (band: the {timing['repeats']} repeats)",
+                    [(label, timing['steps'], times) for label, times in timing['seconds'].items()],
                     logx=True, logy=True)
 
 
 def time_against_length(m, timing):
     return m.figure('fig4_time_vs_length.png', 'Generation time against length, one token per step', 'tokens',
-                    f"seconds for {timing['batch_size']} samples",
-                    [(label, timing['lengths'], [[t] for t in times])
-                     for label, times in timing['seconds_by_length'].items()], logx=True, logy=True)
+                    f"seconds for {timing['batch_size']} samples (band: the {timing['repeats']} repeats)",
+                    [(label, timing['lengths'], times) for label, times in timing['seconds_by_length'].items()],
+                    logx=True, logy=True)
+
+
+def log_ratios(seconds, i):
+    """log(encoder seconds / AO-GPT seconds) of each repeat at point i (the repeats taken in turn)."""
+    return [math.log(e / a) for a, e in zip(seconds['AO-GPT (KV cache)'][i], seconds['encoder MDM'][i])]
 
 
 def time_claim(timing):
     steps, seconds = timing['steps'], timing['seconds']
-    ao, encoder = seconds['AO-GPT (KV cache)'], seconds['encoder MDM']
-    grows_faster = encoder[-1] / encoder[0] > ao[-1] / ao[0]
-    numbers = {f'seconds at {n} steps, AO-GPT / encoder': f'{a:.3g} / {e:.3g}' for n, a, e in zip(steps, ao, encoder)}
-    return dict(claim='With its KV cache AO-GPT\'s generation time grows more slowly with the number of steps than the '
-                      'encoder\'s (a full forward per step), and is the faster at one token per step (timings, no '
-                      'interval: holds if the encoder is slower at the most steps and its time grows by the larger '
-                      'factor).',
-                numbers=numbers | {'encoder / AO-GPT at the most steps': encoder[-1] / ao[-1]},
-                verdict='holds' if encoder[-1] > ao[-1] and grows_faster else 'does not hold')
+    mean = {label: [statistics.mean(t) for t in times] for label, times in seconds.items()}
+    ao, encoder = mean['AO-GPT (KV cache)'], mean['encoder MDM']
+    numbers = {f'seconds at {n} steps, AO-GPT / encoder (mean over repeats)': f'{a:.3g} / {e:.3g}'
+               for n, a, e in zip(steps, ao, encoder)}
+    numbers |= {f'growth from {steps[0]} to {steps[-1]} steps, AO-GPT': ao[-1] / ao[0],
+                f'growth from {steps[0]} to {steps[-1]} steps, encoder': encoder[-1] / encoder[0]}
+    return claim(f"With its KV cache AO-GPT generates faster than the encoder (a full forward per step) at one token "
+                 f"per step ({steps[-1]} steps, {timing['block_size']} tokens); the growth of each with the steps is "
+                 f"in the numbers (effect: log of the encoder's seconds over AO-GPT's, per timing repeat).",
+                 numbers, mean_interval(log_ratios(seconds, -1), 'timing repeats'))
 
 
 def length_claim(timing):
-    seconds = timing['seconds_by_length']
-    ratios = [e / a for a, e in zip(seconds['AO-GPT (KV cache)'], seconds['encoder MDM'])]
-    return dict(claim='At one token per step the encoder\'s time over AO-GPT\'s grows with the sequence length (the '
-                      'paper\'s ~25x at 1,024 tokens is a statement about scaling; timings, no interval: holds if the '
-                      'ratio at the longest length exceeds the ratio at the shortest).',
-                numbers={f'encoder / AO-GPT at {n} tokens': r for n, r in zip(timing['lengths'], ratios)},
-                verdict='holds' if ratios[-1] > ratios[0] else 'does not hold')
+    seconds, lengths = timing['seconds_by_length'], timing['lengths']
+    short, long = log_ratios(seconds, 0), log_ratios(seconds, -1)
+    return claim(f"At one token per step the encoder's time over AO-GPT's grows with the sequence length, from "
+                 f"{lengths[0]} to {lengths[-1]} tokens (the paper's ~25x at 1,024 tokens is a statement about "
+                 "scaling; effect: the log ratio at the longest length minus that at the shortest, per timing repeat).",
+                 {f'encoder / AO-GPT at {n} tokens (geometric mean over repeats)':
+                  math.exp(statistics.mean(log_ratios(seconds, i))) for i, n in enumerate(lengths)},
+                 mean_interval([b - a for a, b in zip(short, long)], 'timing repeats'))
 
 
 def gen_rows(m, kind):
@@ -711,17 +784,82 @@ def finding_8(m):
                    [m.curves('AO-GPT (adaLN), EMA weights', mixed, 'val_ao'),
                     m.curves('sigma-GPT (additive), EMA weights', sigma, 'val_ao')])
     interval, stuck = between_runs(m, sigma, 'val_ao', mixed, 'val_ao')
+    positions = {'AO-GPT': m.positions(mixed), 'sigma-GPT': m.positions(sigma)}
+    differ = '; the two differ, so the comparison includes the position encoding' \
+        if positions['AO-GPT'] != positions['sigma-GPT'] else ''
     ema = paired_interval([[raw - avg for raw, avg in zip(m.chunk_nll(n, 'eval_raw.json', '1'),
                                                            m.chunk_nll(n, 'eval.json', '1'))] for n in mixed])
     return [fig], [
         claim('With EMA on both, AO-GPT\'s adaLN reaches a lower any-order loss than sigma-GPT\'s additive injection '
-              '(each with its own swept settings). Besides the injection the two recipes differ in their norms '
-              '(RMSNorm / LayerNorm), QK-norm (on / off), head (untied with a bias / tied to the embedding), dropout '
-              'placement and init (truncated normal / normal): model.RECIPES.',
+              f"(each with its own swept settings: position_encoding {positions['AO-GPT']!r} for AO-GPT, "
+              f"{positions['sigma-GPT']!r} for sigma-GPT{differ}). Besides the injection the two recipes differ in "
+              'their norms (RMSNorm / LayerNorm), QK-norm (on / off), head (untied with a bias / tied to the '
+              'embedding), dropout placement and init (truncated normal / normal): model.RECIPES.',
               {'final val any-order loss, AO-GPT': spread(m.finals(mixed, 'val_ao')),
-               'final val any-order loss, sigma-GPT': spread(m.finals(sigma, 'val_ao'))}, interval, stuck=stuck),
+               'final val any-order loss, sigma-GPT': spread(m.finals(sigma, 'val_ao')),
+               'position encodings, AO-GPT / sigma-GPT' + (' (they differ)' if differ else ''):
+                   ' / '.join(positions.values())}, interval, stuck=stuck),
         claim('EMA lowers AO-GPT\'s any-order loss: the same runs\' EMA weights against their raw weights, on the '
               'same chunks and orders (eval_ppl.py, ensemble=1).', {}, ema, stuck=m.stuck(mixed))]
+
+
+def plateau_left(records, unigram):
+    """The first evaluated iteration at which the any-order val loss is PLATEAU nats or more below the
+    unigram entropy, or 'never'."""
+    return next((r['iter'] for r in records if r['val_ao'] <= unigram - PLATEAU), 'never')
+
+
+def ours_numbers(m, runs):
+    """Our findings' numbers: {setting: run names} -> when each run left the plateau, the final losses."""
+    numbers = {f'{pe}, seed {n.rsplit("-s", 1)[1]}: first iteration {PLATEAU} nats below the unigram entropy':
+               plateau_left(m.metrics(n), m.unigram) for pe, names in runs.items() for n in names}
+    return numbers | {f'final val {reading} loss, {pe}': spread(m.finals(names, key)) for pe, names in runs.items()
+                      for reading, key in (('any-order', 'val_ao'), ('left-to-right', 'val_l2r'))}
+
+
+AT_PLATEAU = ('Runs of the other settings that end at the unigram entropy are the plateau measured here, so they '
+              'are compared as they are; the claim is not judged only if a rotary run did not learn.')
+
+
+def ours_claim(m, text, a, b, key, numbers=None):
+    """Ours: mean(a) - mean(b) of the final val key over runs; judged unless a rotary run (b) did not learn."""
+    at_entropy = [n for n in m.stuck(a) if n not in b]
+    numbers = (numbers or {}) | ({'other runs at the unigram entropy (the plateau: kept)': ', '.join(at_entropy)}
+                                 if at_entropy else {})
+    return claim(f'{text} {AT_PLATEAU}', numbers, unpaired_interval(m.finals(a, key), m.finals(b, key)),
+                 stuck=m.stuck(b))
+
+
+def finding_plateau(m):
+    runs = {pe: m.each(f'mixed-{pe}') for pe in POSITIONS}
+    fig = m.figure('ours_plateau.png', FINDINGS['plateau'], 'iteration', f'{LOSS}, any order',
+                   [m.curves(f"AO-GPT (10% l2r), position_encoding '{pe}'", names, 'val_ao')
+                    for pe, names in runs.items()],
+                   hlines=[('unigram entropy of the val text', [m.unigram])])
+    return [fig], [
+        ours_claim(m, "(Ours) With queries at the target position ('rotary') AO-GPT (10% left to right, its swept "
+                   "learning rate and gate_init) ends with a lower any-order loss than with the authors' learned "
+                   "positions ('learned'), on the same tokens (effect: learned minus rotary, final EMA val any-order "
+                   'loss, nats).', runs['learned'], runs['rotary'], 'val_ao', ours_numbers(m, runs)),
+        ours_claim(m, "(Ours) It is the query at the target, not rotation as such: 'rotary' ends below "
+                   "'rotary_plain' (each query at its own slot's position, as in a GPT) (effect: rotary_plain minus "
+                   'rotary, final EMA val any-order loss, nats).', runs['rotary_plain'], runs['rotary'], 'val_ao')]
+
+
+def finding_long(m, long):
+    runs = {pe: [f'mixed-long-{pe}-s{s}' for s in m.seed_list[:2]] for pe in LONG_POSITIONS}
+    fig = m.figure('ours_long_blocks.png', f"{FINDINGS['long']}: block {long['block_size']}", 'iteration', LOSS,
+                   [m.curves(f"'{pe}': {reading} loss", names, key) for pe, names in runs.items()
+                    for reading, key in (('any-order', 'val_ao'), ('left-to-right', 'val_l2r'))],
+                   hlines=[('unigram entropy of the val text', [m.unigram])])
+    at = f"At block {long['block_size']} (batch {long['batch_size']}: the tokens of an iteration as before)"
+    return [fig], [
+        ours_claim(m, f"(Ours) {at} AO-GPT (10% left to right, its swept learning rate and gate_init) with queries "
+                   "at the target position ('rotary') ends with a lower any-order loss than with learned positions "
+                   "(effect: learned minus rotary, final EMA val any-order loss, nats).", runs['learned'],
+                   runs['rotary'], 'val_ao', ours_numbers(m, runs)),
+        ours_claim(m, f'(Ours) {at} ... and with a lower left-to-right loss (effect: learned minus rotary, final EMA '
+                   'val left-to-right loss, nats).', runs['learned'], runs['rotary'], 'val_l2r')]
 
 
 def sweep_section(p, chosen, runs_dir, out):
@@ -742,7 +880,7 @@ def sweep_section(p, chosen, runs_dir, out):
                 claims=[dict(claim=f"grid {json.dumps(p['grid'])} on seed {SEEDS[0]}; the lowest final validation loss "
                                    'in the kind\'s own objective wins (mixed and sigma-GPT: 0.9 any-order + 0.1 '
                                    'left-to-right); gate_init for the networks with adaLN gates, position_encoding for '
-                                   'the encoder; everything else the preset\'s, shared', numbers=numbers,
+                                   'every kind; everything else the preset\'s, shared', numbers=numbers,
                              verdict='chosen')])
 
 
@@ -752,7 +890,8 @@ def analyse(findings, p, m, chosen, runs_dir):
                 '3': lambda: finding_3(m), '4': lambda: finding_4(m),
                 '6': lambda: finding_6(m, generation_times(p, m.folders, m.seed_list[0], runs_dir),
                                        {kind: gen_rows(m, kind) for kind in ('mixed', 'encoder')}),
-                '8': lambda: finding_8(m)}
+                '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
+                'long': lambda: finding_long(m, p.get('long'))}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()
@@ -785,6 +924,18 @@ def write_readme(path, out, results, settings):
         f.write(text[:text.index(start)] + '\n'.join(lines) + text[text.index(end) + len(end):])
 
 
+def dry_plan(p, findings, seed_list, kinds, n_sweep):
+    """Print the runs after the sweep and the count: their settings wait for the sweep, their number does not
+    (counted here as if every kind chose its first grid point)."""
+    first = {kind: (grid_points(kind, p['grid'])[0], None, None) for kind in kinds}
+    runs = seed_runs(p, findings, seed_list, first, sweep_runs(p, kinds))
+    new = [name for name, flags in runs.items() if not isinstance(flags, str)]
+    print(f"then {len(new)} runs with the settings the sweep chooses: {', '.join(new)}; "
+          f"{len(runs) - len(new)} more are runs above or there with the same flags "
+          f"({', '.join(name for name in runs if name not in new)}); {n_sweep + len(new)} training runs in all, "
+          'then the evaluations')
+
+
 def main():
     t0 = time.time()
     findings, out = check_inputs()
@@ -798,11 +949,11 @@ def main():
     if dry_run:
         for job in sweep:
             print(f"{job.name} [{'done' if job.done else 'to run'}]: python {' '.join(job.argv)}")
-        print('then each kind\'s other seeds with the settings the sweep chooses, finding 2\'s runs, the evaluations')
+        dry_plan(p, findings, seed_list, kinds, len(sweep))
         return
     ran = run_jobs(sweep, n_workers, p['threads'])
     chosen = {kind: choose(p, kind, runs_dir) for kind in kinds}
-    runs = seed_runs(p, findings, seed_list, chosen)
+    runs = seed_runs(p, findings, seed_list, chosen, sweep_runs(p, kinds))
     folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
     ran += run_jobs([train_job(name, p, flags, folders[name]) for name, flags in runs.items()
                      if not isinstance(flags, str)], n_workers, p['threads'])

@@ -3,7 +3,7 @@ Any-Order GPT (AO-GPT), its sigma-GPT baseline and the encoder-only masked diffu
 the networks of the paper's comparison in one file.
 
 A causal decoder that reads a sequence in a permuted order: slot 0 is a learned start token and
-slot j+1 holds token x[order[j]] with the position embedding of order[j]. Slot j is told which
+slot j+1 holds token x[order[j]] at position order[j] (see position_encoding). Slot j is told which
 position it must predict (order[j]), so with causal attention slot j predicts x[order[j]] from
 x[order[0..j-1]]. Trained over uniformly random orders this is an any-order autoregressive model,
 i.e. a masked diffusion model; with the identity order it is a plain GPT.
@@ -21,8 +21,17 @@ from AO-GPT's blocks: full attention over the tokens in their own positions, a [
 place of each unknown one, no target position and no time (MDLM's design, Sahoo et al. 2024).
 Its output at a masked position is a distribution over the vocabulary, [MASK] excluded; it is
 trained on the NELBO of the log-linear masking schedule, which in expectation is the any-order
-loss (the paper's Remark 1). Its positions are AO-GPT's learned embeddings added to the input, or
-(position_encoding='rotary') rotary embeddings of queries and keys in every attention layer, as MDLM's.
+loss (the paper's Remark 1).
+
+How a network is told where its tokens are is `position_encoding`, for every network:
+- 'learned' (the authors'): an absolute position table added to the input;
+- 'rotary' (ours for the decoders, MDLM's for the encoder): no table; in every attention layer the
+  key of a slot is rotated (RoPE) at the slot's own position and its query at the position the slot
+  predicts, so the score between the query that predicts position t and the key of the token at p
+  depends on t - p. The start slot's key and a slot without a target sit at position -1. For the
+  encoder a position predicts itself, so this is plain RoPE; left to right it is RoPE shifted by one;
+- 'rotary_plain' (the decoders' ablation): the query at the slot's own position, as in a GPT.
+The target's other path stays as it is: AO-GPT's adaLN condition, sigma-GPT's added embedding.
 
 References: Xue et al., "Any-Order GPT as Masked Diffusion Model: Decoupling Formulation and
 Architecture" (arXiv 2506.19935); Pannatier et al., "sigma-GPTs" (arXiv 2404.09562); Karpathy's
@@ -50,7 +59,7 @@ class GPTConfig:
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
     architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
-    position_encoding: str = 'learned'  # 'learned' (absolute, added to the input) or 'rotary' (RoPE, the encoder only)
+    position_encoding: str = 'learned'  # 'learned' (absolute, added), 'rotary' (RoPE, queries at the target) or 'rotary_plain'
 
     def __post_init__(self):
         if self.target_injection not in RECIPES:
@@ -64,16 +73,21 @@ class GPTConfig:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
         if self.position_encoding not in POSITION_ENCODINGS:
             raise ValueError(f'position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}')
-        if self.position_encoding == 'rotary' and not self.is_encoder:
-            raise ValueError("position_encoding='rotary' needs architecture='encoder': the decoder reads its slots "
-                             "in a permuted order, so a slot's place is not its token's position")
-        if self.position_encoding == 'rotary' and self.n_embd // self.n_head % 2:
-            raise ValueError(f"position_encoding='rotary' turns pairs of channels: the head size n_embd / n_head "
-                             f"({self.n_embd // self.n_head}) must be even")
+        if self.position_encoding == 'rotary_plain' and self.is_encoder:
+            raise ValueError("position_encoding='rotary_plain' is the decoders' ablation (queries at their own "
+                             "position); the encoder's position predicts itself, so use 'rotary'")
+        if self.is_rotary and self.n_embd // self.n_head % 2:
+            raise ValueError(f"position_encoding={self.position_encoding!r} turns pairs of channels: the head size "
+                             f"n_embd / n_head ({self.n_embd // self.n_head}) must be even")
 
     @property
     def recipe(self):
         return RECIPES[self.target_injection]
+
+    @property
+    def is_rotary(self):
+        """Whether positions are rotations in attention (RoPE) rather than a table added to the input."""
+        return self.position_encoding != 'learned'
 
     @property
     def is_encoder(self):
@@ -96,21 +110,27 @@ def modulate(x, shift, scale):
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding (RoPE; Su et al. 2021) of queries or keys (B, nh, T, hs) at positions
-    0..T-1, in the rotate-half form of GPT-NeoX and LLaMA: channels i and i + hs/2 turn together by the
-    angle position * 10000^(-2i/hs). cos and sin are float32 tables, cast to the input's dtype."""
+    """Rotary position embedding (RoPE; Su et al. 2021) in the rotate-half form of GPT-NeoX and LLaMA:
+    channels i and i + hs/2 of a head turn together by the angle position * 10000^(-2i/hs).
+    rotary(positions) gives the cos and sin of positions (B, S), -1 to block_size - 1, as float32
+    (B, 1, S, hs), for rotate()."""
 
     def __init__(self, head_size, block_size, base=10000):
         super().__init__()
         inv_freq = base ** -(torch.arange(0, head_size, 2, dtype=torch.float32) / head_size)
-        angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq).repeat(1, 2)  # (T, hs)
+        angles = torch.outer(torch.arange(-1, block_size, dtype=torch.float32), inv_freq).repeat(1, 2)  # row p + 1
         self.register_buffer('cos', angles.cos(), persistent=False)  # not in state dicts: made from the config
         self.register_buffer('sin', angles.sin(), persistent=False)
 
-    def forward(self, x):
-        T = x.size(-2)
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * self.cos[:T].to(x.dtype) + torch.cat((-x2, x1), dim=-1) * self.sin[:T].to(x.dtype)
+    def forward(self, positions):
+        return self.cos[positions + 1].unsqueeze(1), self.sin[positions + 1].unsqueeze(1)
+
+
+def rotate(x, turn):
+    """Queries or keys x (B, nh, S, hs) turned by turn = Rotary's (cos, sin), in x's dtype."""
+    cos, sin = turn
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin.to(x.dtype)
 
 
 class SelfAttention(nn.Module):
@@ -127,15 +147,16 @@ class SelfAttention(nn.Module):
         recipe = config.recipe
         self.q_norm = RMSNorm(head_size) if recipe.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(head_size) if recipe.qk_norm else nn.Identity()
-        self.rotary = Rotary(head_size, config.block_size) if config.position_encoding == 'rotary' else nn.Identity()
         self.attn_dropout = config.dropout if recipe.attn_dropout else 0.0
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, cache=None, attn_mask=None):
+    def forward(self, x, cache=None, attn_mask=None, rope=None):
+        """rope: None (learned positions), or the (cos, sin) of the queries' and of the keys' positions."""
         B, S, C = x.size()
         q, k, v = self.c_attn(x).view(B, S, 3, self.n_head, C // self.n_head).unbind(2)
         q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
-        q, k = self.rotary(q), self.rotary(k)  # after QK-norm, as MDLM's rotary DiT
+        if rope is not None:  # after QK-norm, as MDLM's rotary DiT; the cache keeps rotated keys
+            q, k = rotate(q, rope[0]), rotate(k, rope[1])
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
@@ -166,8 +187,8 @@ class Block(nn.Module):
         self.ln_2 = config.recipe.norm(config, config.n_embd)
         self.mlp = MLP(config)
 
-    def forward(self, x, c, cache=None, attn_mask=None):
-        x = x + self.attn(self.ln_1(x), cache, attn_mask)
+    def forward(self, x, c, cache=None, attn_mask=None, rope=None):
+        x = x + self.attn(self.ln_1(x), cache, attn_mask, rope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -188,9 +209,9 @@ class AdaLNBlock(Block):
             bias[2].fill_(value)
             bias[5].fill_(value)
 
-    def forward(self, x, c, cache=None, attn_mask=None):
+    def forward(self, x, c, cache=None, attn_mask=None, rope=None):
         shift1, scale1, gate1, shift2, scale2, gate2 = self.adaLN(c).chunk(6, dim=-1)
-        x = torch.addcmul(x, gate1, self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask))
+        x = torch.addcmul(x, gate1, self.attn(modulate(self.ln_1(x), shift1, scale1), cache, attn_mask, rope))
         return torch.addcmul(x, gate2, self.mlp(modulate(self.ln_2(x), shift2, scale2)))
 
 
@@ -230,7 +251,7 @@ RECIPES = {
 }
 TARGET_INJECTIONS = tuple(RECIPES)
 ARCHITECTURES = ('decoder', 'encoder')
-POSITION_ENCODINGS = ('learned', 'rotary')
+POSITION_ENCODINGS = ('learned', 'rotary', 'rotary_plain')
 
 
 def build_model(config):
@@ -239,7 +260,12 @@ def build_model(config):
 
 
 class Network(nn.Module):
-    """What the networks share: the init, the optimizer's parameter groups, the MFU estimate."""
+    """What the networks share: the rotary table, the init, the optimizer's parameter groups, the MFU estimate."""
+
+    def make_rotary(self):
+        """One RoPE table for every layer (rotary encodings), computed per forward, not per layer."""
+        cfg = self.config
+        self.rotary = Rotary(cfg.n_embd // cfg.n_head, cfg.block_size) if cfg.is_rotary else None
 
     def init_weights(self, cond_table):
         """The authors' init (normal, std 0.02; residual projections scaled as in GPT-2), with
@@ -291,7 +317,8 @@ class GPT(Network):
         recipe = config.recipe
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size + 1, config.n_embd),  # row 0: the start slot
+            # row 0: the start slot; rotary encodings turn queries and keys instead
+            **({} if config.is_rotary else dict(wpe=nn.Embedding(config.block_size + 1, config.n_embd))),
             # target-position embedding: adaLN's input, or added to the slot's input
             wtpe=nn.Embedding(config.block_size, config.cond_dim if recipe.adaln else config.n_embd),
             wnonee=nn.Embedding(1, config.n_embd),  # the start token ("[None]")
@@ -302,6 +329,7 @@ class GPT(Network):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=not recipe.tied_head)
         if recipe.tied_head:
             self.transformer.wte.weight = self.lm_head.weight
+        self.make_rotary()
         self.init_weights(self.transformer.wtpe)
 
     def forward(self, x, order, reduction='mean'):
@@ -336,7 +364,13 @@ class GPT(Network):
         """
         wt = self.transformer
         is_start = (positions < 0).unsqueeze(-1)
-        h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens)) + wt.wpe(positions + 1)
+        h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens))
+        rope = None
+        if self.rotary is None:
+            h = h + wt.wpe(positions + 1)
+        else:
+            keys = self.rotary(positions)
+            rope = (keys if self.config.position_encoding == 'rotary_plain' else self.rotary(targets), keys)
         c = wt.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
         adaln = self.config.recipe.adaln
         if not adaln:
@@ -346,7 +380,7 @@ class GPT(Network):
             S = tokens.size(1)
             attn_mask = torch.ones(S, cache.length + S, dtype=torch.bool, device=h.device).tril(cache.length)
         for block in wt.h:
-            h = block(h, c, cache, attn_mask)
+            h = block(h, c, cache, attn_mask, rope)
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
@@ -361,23 +395,23 @@ class MDM(Network):
     target, no time), so the network is AO-GPT's apart from the target-position embedding. The head
     has vocab_size outputs: [MASK] is never predicted, and only the masked positions are scored.
     Positions are a learned table wpe added to the input, or with position_encoding='rotary' no table
-    and RoPE on the queries and keys of every layer (Rotary).
+    and RoPE on the queries and keys of every layer.
     """
 
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.mask_id = config.vocab_size
-        learned = config.position_encoding == 'learned'
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size + 1, config.n_embd),  # the last row is [MASK]
-            **(dict(wpe=nn.Embedding(config.block_size, config.n_embd)) if learned else {}),  # rotary: in attention
+            **({} if config.is_rotary else dict(wpe=nn.Embedding(config.block_size, config.n_embd))),
             wcond=nn.Embedding(1, config.cond_dim),  # adaLN's one condition
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([AdaLNBlock(config, i) for i in range(config.n_layer)]),
             final_layer=FinalLayer(config),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size)
+        self.make_rotary()
         self.init_weights(self.transformer.wcond)
 
     def forward(self, x, mask, weights, reduction='mean'):
@@ -401,12 +435,16 @@ class MDM(Network):
             raise ValueError(f'sequence of length {T} is longer than block_size {self.config.block_size}')
         wt = self.transformer
         h = wt.wte(z)
-        if self.config.position_encoding == 'learned':
-            h = h + wt.wpe(torch.arange(T, device=z.device))
+        positions = torch.arange(T, device=z.device)
+        rope = None
+        if self.rotary is None:
+            h = h + wt.wpe(positions)
+        else:  # each position predicts itself: queries and keys at the same place
+            rope = (self.rotary(positions[None]),) * 2
         h = wt.drop(h)
         c = wt.wcond.weight.expand(B, T, -1)
         for block in wt.h:
-            h = block(h, c)
+            h = block(h, c, rope=rope)
         if out_positions is not None:
             h = h.gather(1, out_positions.unsqueeze(-1).expand(-1, -1, h.size(-1)))
             c = c[:, :out_positions.size(1)]

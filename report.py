@@ -6,7 +6,8 @@ A series is a label and, for each x, the values measured over seeds: the figures
 line and, with two or more seeds, their range (min to max) as a band; the tables write the mean and range.
 
 A claim's effect comes with a 95% interval: a stratified bootstrap over paired differences (chunks or
-samples, within each seed), or Welch's t over per-run numbers; verdict() reads the interval by one rule (RULE).
+samples, within each seed), Welch's t over per-run numbers, or Student's t over the repeats of a timing;
+verdict() reads the interval by one rule (RULE).
 """
 import dataclasses
 import json
@@ -180,6 +181,16 @@ def unpaired_interval(a, b):
         method = f"t with one side's variance for both (one run on the other), df {df}"
     half = t_quantile(0.975, df) * math.sqrt(se2_a + se2_b)
     return Interval(effect, effect - half, effect + half, n=n, method=method)
+
+
+def mean_interval(values, unit):
+    """Interval of the mean of values (repeats of one measurement, unit: what they are) by Student's t,
+    n - 1 degrees of freedom."""
+    if len(values) < 2:
+        raise ValueError(f'mean_interval needs at least 2 {unit}, got {len(values)}')
+    effect, df = float(np.mean(values)), len(values) - 1
+    half = t_quantile(0.975, df) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    return Interval(effect, effect - half, effect + half, n=f'{len(values)} {unit}', method=f"Student's t, df {df}")
 
 
 def t_quantile(p, df):

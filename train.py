@@ -74,7 +74,7 @@ dropout = 0.0
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
 architecture = 'decoder'  # 'decoder' (the above) or 'encoder' (the masked diffusion model, trained on its NELBO)
-position_encoding = 'learned'  # the encoder: 'learned' (absolute, AO-GPT's) or 'rotary' (RoPE in attention, as MDLM)
+position_encoding = 'learned'  # 'learned' (the authors'), 'rotary' (queries at the target) or 'rotary_plain' (model.py)
 mask_eps = 1e-3  # encoder: the masking levels t are drawn from [mask_eps, 1), as MDLM
 # AdamW
 learning_rate = 6e-4

@@ -287,6 +287,24 @@ def says(message, *parts):
 
 
 TINY_BLOCK = 16  # tiny_model's block_size
+# the decoders the exactness tests run: AO-GPT and sigma-GPT with each position encoding
+DECODERS = [dict(target_injection=injection, position_encoding=positions)
+            for injection in ('adaln', 'add') for positions in ('learned', 'rotary', 'rotary_plain')]
+
+
+def decoder_id(kind):
+    return f"{kind['target_injection']}-{kind['position_encoding']}"
+
+
+def rotate(v, position):
+    """RoPE of one head's query or key v (hs,) at `position`: the pair of channels (i, i + hs/2) turned by
+    the 2x2 rotation matrix of angle position * 10000^(-2i/hs)."""
+    hs, out = len(v), v.clone()
+    for i in range(hs // 2):
+        a = position * 10000 ** (-2 * i / hs)
+        turn = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=v.dtype)
+        out[[i, i + hs // 2]] = turn @ v[[i, i + hs // 2]]
+    return out
 
 
 def tiny_model(seed=0, **kw):

@@ -22,3 +22,13 @@ def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
     assert [(r[0], r[1], r[2]) for r in rows] == [(o, b, k) for o in ('random', 'l2r') for b in '12' for k in '28']
     for r in rows:  # speedup, forwards per token in the batch and alone, drafts kept
         assert r[4].endswith('x') and 0 < float(r[6]) <= float(r[5]) <= 1 and r[7].endswith('%')
+
+
+def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
+    out = run_script('bench.py', '--run=train', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
+                     '--block_size=16', '--batch_size=2', '--vocab_size=50', '--train_steps=1', '--rounds=1',
+                     cwd=tmp_path).stdout
+    rows = {line.split()[0]: line.split() for line in out.splitlines()}
+    for positions in ('learned', 'rotary'):  # tok/s left to right and mixed, then the any-order overhead
+        assert float(rows[positions][1].replace(',', '')) > 0 and rows[positions][3].endswith('%'), out
+    assert 'rotary cost' in out, out

@@ -1,6 +1,7 @@
-"""findings.py: the smoke preset end to end (the sweep, every figure, every claim with its interval),
-resuming instead of training again, a moved folder is the same run, --only, the README section, the
-one-line errors; the sweep's choice; report.py's figures on synthetic curves."""
+"""findings.py: the smoke preset end to end (the sweep, every figure, every claim with its interval, our
+plateau and long-block findings), resuming instead of training again, a moved folder is the same run,
+--only, the README section, the one-line errors; the sweep's grid and choice, runs with the same flags
+trained once, the plateau measure, the timing claims' intervals; report.py's figures on synthetic curves."""
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ from conftest import one_line_error, run_script, says
 
 FIGURES = ['sweep.png', 'fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
            'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig4_time_vs_length.png',
-           'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png']
+           'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png', 'ours_plateau.png', 'ours_long_blocks.png']
 VERDICTS = {'holds', 'does not hold', 'below the practical floor', 'not resolvable at this size',
             'not judged: a run it compares did not learn'}
 PNG = b'\x89PNG\r\n\x1a\n'
@@ -42,21 +43,21 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
     for name in FIGURES:
         assert (out / name).read_bytes().startswith(PNG), name
     results = json.loads((out / 'results.json').read_text())
-    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8']
+    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8', 'plateau', 'long']
     md = (out / 'results.md').read_text()
     for finding in results['findings'][1:]:
         assert f"## {finding['finding']}. {finding['title']}" in md
         for claim in finding['claims']:
             assert claim['verdict'] in VERDICTS
             assert f"| {finding['finding']} | {claim['claim']} | **{claim['verdict']}** |" in md
-            interval = claim['numbers'].get('effect [95% interval] (n)')
-            if interval is None:  # the timing claims, which say so
-                assert 'timings, no interval' in claim['claim']
-            else:
-                assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n']
+            interval = claim['numbers']['effect [95% interval] (n)']  # every claim, the timings' too
+            assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n']
         for name in finding['figures']:
             assert f'![{name}]({name})' in md
-    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2]
+    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2]
+    timing = {c['claim']: c['numbers']['effect [95% interval] (n)'] for c in results['findings'][5]['claims']}
+    assert [i['n'] for c, i in timing.items() if 'generates faster' in c or 'grows with the sequence' in c] == \
+        ['2 timing repeats'] * 2
     assert 'verdict rule' in results['settings'] and results['settings']['preset'] == 'smoke'
     assert 'started' in stdout
 
@@ -65,9 +66,10 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
 def test_the_sweep_trains_every_point_and_the_seeds_take_the_choice(smoke):
     out, _, _ = smoke
     runs = set(os.listdir(out / 'runs'))
-    # two rates for every kind; the encoder's two position encodings
-    assert {'sweep-l2r-lr0.01-gate1', 'sweep-l2r-lr0.03-gate1', 'sweep-sigma-lr0.01', 'sweep-sigma-lr0.03',
-            'sweep-encoder-lr0.01-gate1-learned', 'sweep-encoder-lr0.01-gate1-rotary'} <= runs
+    # the two position encodings of every kind (one rate, one gate_init in the smoke grid)
+    assert {f'sweep-{kind}-lr0.01-gate1-{pe}' for kind in ('l2r', 'mixed', 'random', 'encoder')
+            for pe in ('learned', 'rotary')} | {'sweep-sigma-lr0.01-learned', 'sweep-sigma-lr0.01-rotary'} <= runs
+    assert not any(name.startswith('sweep-') and name.endswith('gate1') for name in runs)
     assert 'mixed-s1337' not in runs and 'mixed-s1' in runs  # the first seed is the sweep's winner
     sweep = json.loads((out / 'results.json').read_text())['findings'][0]['claims'][0]['numbers']
     for kind in ('l2r', 'mixed', 'random', 'sigma', 'encoder'):
@@ -81,7 +83,7 @@ def test_the_sweep_trains_every_point_and_the_seeds_take_the_choice(smoke):
 
 def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
     import findings
-    p = findings.PRESETS['smoke']
+    p = dict(grid=dict(learning_rate=(1e-2, 3e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')))
     losses = {(0.01, 'learned'): (2.0, 3.0), (0.01, 'rotary'): (2.5, 1.0), (0.03, 'learned'): (1.0, 3.5),
               (0.03, 'rotary'): (3.0, 3.0)}  # (val_l2r, val_ao): the encoder is chosen by val_ao alone
     for (lr, positions), (l2r, ao) in losses.items():
@@ -93,6 +95,95 @@ def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
     assert point == dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
     assert name == 'sweep-encoder-lr0.01-gate1-rotary' and len(rows) == 4
     assert findings.own_loss('mixed', dict(val_l2r=2.0, val_ao=3.0)) == pytest.approx(2.9)
+
+
+@pytest.mark.parametrize('preset, gates', [('cpu', (1.0,)), ('gpu', (0.0, 1.0)), ('smoke', (1.0,))])
+def test_every_kind_sweeps_the_position_encoding(preset, gates):
+    import findings
+    p = findings.PRESETS[preset]
+    for kind in findings.KINDS:
+        points = findings.grid_points(kind, p['grid'])
+        adaln = kind != 'sigma'
+        assert len(points) == len(p['grid']['learning_rate']) * (len(gates) if adaln else 1) * 2
+        assert {pt['position_encoding'] for pt in points} == {'learned', 'rotary'}
+        assert {pt.get('gate_init') for pt in points} == (set(gates) if adaln else {None})
+        assert all(findings.point_name(kind, pt).endswith(('-learned', '-rotary')) for pt in points)
+    assert len(findings.sweep_runs(p, list(findings.KINDS))) == {'cpu': 20, 'gpu': 36, 'smoke': 10}[preset]
+
+
+def test_runs_with_the_flags_of_another_are_trained_once():
+    import findings
+    p, seeds = findings.PRESETS['cpu'], [1337, 1, 2]
+    sweep = findings.sweep_runs(p, ['mixed'])
+    point = dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
+    runs = findings.seed_runs(p, ['plateau', 'long'], seeds, {'mixed': (point, None, None)}, sweep)
+    assert runs['mixed-s1337'] == runs['mixed-rotary-s1337'] == 'sweep-mixed-lr0.01-gate1-rotary'  # the winner
+    assert runs['mixed-learned-s1337'] == 'sweep-mixed-lr0.01-gate1-learned'  # the sweep's other point, same rate
+    assert runs['mixed-rotary-s1'] == 'mixed-s1' and runs['mixed-rotary-s2'] == 'mixed-s2'
+    trained = {name for name, flags in runs.items() if isinstance(flags, dict)}
+    assert trained == {'mixed-s1', 'mixed-s2', 'mixed-learned-s1', 'mixed-learned-s2',
+                       *(f'mixed-rotary_plain-s{s}' for s in seeds),
+                       *(f'mixed-long-{pe}-s{s}' for pe in ('learned', 'rotary') for s in (1337, 1))}
+    assert runs['mixed-learned-s1'] == findings.run_flags(p, 'mixed', point | dict(position_encoding='learned'), 1)
+    assert runs['mixed-long-rotary-s1'] == findings.run_flags(p, 'mixed', point, 1) | dict(block_size=256,
+                                                                                          batch_size=4)
+    assert findings.seed_runs(p, ['long'], seeds, {'mixed': (point, None, None)}, sweep).keys() == \
+        {f'mixed-long-{pe}-s{s}' for pe in ('learned', 'rotary') for s in (1337, 1)}  # no seeds of the kind
+    assert findings.same_runs({'a': dict(x=1), 'b': dict(x=1), 'c': dict(x=2)}, {'s': dict(x=2)}) == \
+        {'a': dict(x=1), 'b': 'a', 'c': 's'}
+
+
+def test_the_plateau_is_left_at_the_first_evaluation_a_tenth_of_a_nat_below_the_unigram_entropy():
+    from findings import plateau_left
+    records = [dict(iter=i, val_ao=v) for i, v in ((0, 4.2), (250, 3.30), (500, 3.25), (750, 3.2), (1000, 2.5))]
+    assert plateau_left(records, unigram=3.34) == 750  # 3.25 is only 0.09 below
+    assert plateau_left(records, unigram=3.5) == 250
+    assert plateau_left(records[:3], unigram=3.34) == 'never'
+
+
+def timing_file(ao, encoder, ao_by_length, encoder_by_length):
+    return dict(block_size=32, steps=[4, 32], lengths=[8, 32], batch_size=2, repeats=len(ao[0]),
+                seconds={'AO-GPT (KV cache)': ao, 'encoder MDM': encoder},
+                seconds_by_length={'AO-GPT (KV cache)': ao_by_length, 'encoder MDM': encoder_by_length})
+
+
+def test_the_timing_claims_have_a_t_interval_over_the_repeats():
+    import math
+    from findings import length_claim, time_claim
+    from report import t_quantile
+    ao = [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]]
+    encoder = [[0.1, 0.1, 0.1], [0.4, 0.5, 0.45]]  # at the most steps log ratios ln 2, ln 2.5, ln 2.25
+    timing = timing_file(ao, encoder, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], [[2.0, 2.0, 3.0], [8.0, 4.0, 6.0]])
+    made = time_claim(timing)
+    interval = made['numbers']['effect [95% interval] (n)']
+    ratios = [math.log(2), math.log(2.5), math.log(2.25)]
+    mean, sd = sum(ratios) / 3, math.sqrt(sum((r - sum(ratios) / 3) ** 2 for r in ratios) / 2)
+    half = t_quantile(0.975, 2) * sd / math.sqrt(3)
+    assert (interval.effect, interval.low, interval.high) == pytest.approx((mean, mean - half, mean + half))
+    assert interval.n == '3 timing repeats' and made['verdict'] == 'holds'
+    assert made['numbers']['growth from 4 to 32 steps, encoder'] == pytest.approx(4.5)
+    length = length_claim(timing)['numbers']['effect [95% interval] (n)']  # per repeat: log(8/2), log(4/2), log(6/3)
+    assert length.effect == pytest.approx((math.log(4) + 2 * math.log(2)) / 3) and length.n == '3 timing repeats'
+    assert length.low == pytest.approx(length.effect - t_quantile(0.975, 2) * math.log(2) / 3)  # sd ln 2 / sqrt 3
+    slower = time_claim(timing_file(ao, [[0.1] * 3, [0.1, 0.11, 0.09]], *timing['seconds_by_length'].values()))
+    assert slower['verdict'] == 'does not hold'  # the encoder faster at the most steps
+
+
+def test_generation_time_is_measured_again_for_a_file_without_repeats(tmp_path, monkeypatch):
+    import findings
+    p = findings.PRESETS['smoke']
+    path = tmp_path / 'generation_time.json'
+    path.write_text(json.dumps(dict(block_size=32, steps=[4, 32], lengths=[8, 32], batch_size=2,  # as kept before
+                                    seconds={'AO-GPT (KV cache)': [0.1, 0.2], 'encoder MDM': [0.1, 0.4]},
+                                    seconds_by_length={'AO-GPT (KV cache)': [1, 1], 'encoder MDM': [2, 8]})))
+    timed = timing_file([[0.1, 0.1], [0.2, 0.2]], [[0.1, 0.1], [0.4, 0.5]], [[1, 1], [1, 1]], [[2, 2], [8, 7]])
+    calls = []
+    monkeypatch.setattr(findings, 'time_generation', lambda paths, steps, lengths, batch_size, repeats:
+                        calls.append(repeats) or (timed['seconds'], timed['seconds_by_length'], 32))
+    folders = {'mixed-s1337': 'm', 'encoder-s1337': 'e'}
+    assert findings.generation_times(p, folders, 1337, str(tmp_path)) == timed and calls == [2]
+    assert json.loads(path.read_text()) == timed
+    assert findings.generation_times(p, folders, 1337, str(tmp_path)) == timed and calls == [2]  # kept now
 
 
 def started_sweep(findings, out):
@@ -131,6 +222,39 @@ def test_a_cut_args_json_is_one_line(tmp_path, workdir):
 
 
 @pytest.mark.slow
+def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
+    out, _, _ = smoke
+    runs = set(os.listdir(out / 'runs'))
+    results = json.loads((out / 'results.json').read_text())
+    chosen = json.loads(results['findings'][0]['claims'][0]['numbers'][
+        'chosen for mixed (AO-GPT, 10% left to right)'])['position_encoding']
+    other = ({'learned', 'rotary'} - {chosen}).pop()
+    # the chosen encoding's runs are the kind's own; the other's first seed is the sweep's point beside the winner
+    assert f'mixed-{chosen}-s1337' not in runs and f'mixed-{chosen}-s1' not in runs and 'mixed-s1' in runs
+    assert f'mixed-{other}-s1337' not in runs and f'mixed-{other}-s1' in runs
+    assert {'mixed-rotary_plain-s1337', 'mixed-rotary_plain-s1'} <= runs
+    args = json.loads((out / 'runs' / 'mixed-rotary_plain-s1' / 'args.json').read_text())
+    assert args['position_encoding'] == 'rotary_plain' and args['seed'] == 1 and args['block_size'] == 32
+    args = json.loads((out / 'runs' / 'mixed-long-rotary-s1' / 'args.json').read_text())
+    assert (args['block_size'], args['batch_size'], args['position_encoding']) == (64, 2, 'rotary')
+    plateau, long = results['findings'][-2:]
+    assert plateau['title'].startswith('(Ours)') and long['title'].startswith('(Ours)')
+    for finding, n in ((plateau, '2 vs 2 runs'), (long, '2 vs 2 runs')):
+        for claim in finding['claims']:
+            interval = claim['numbers']['effect [95% interval] (n)']
+            assert claim['claim'].startswith('(Ours)') and interval['n'] == n
+            assert interval['low'] <= interval['effect'] <= interval['high']
+    numbers = plateau['claims'][0]['numbers']
+    left = {k: v for k, v in numbers.items() if 'first iteration 0.1 nats below the unigram entropy' in k}
+    assert len(left) == 6 and all(v == 'never' or v in (0, 10, 20, 30) for v in left.values())
+    assert {f'final val {r} loss, {pe}' for r in ('any-order', 'left-to-right') for pe in
+            ('learned', 'rotary', 'rotary_plain')} <= set(numbers)
+    sigma = results['findings'][6]['claims'][0]
+    assert "position_encoding '" in sigma['claim'] and 'position encodings, AO-GPT / sigma-GPT' in ' '.join(
+        sigma['numbers'])
+
+
+@pytest.mark.slow
 def test_the_readme_section_is_rewritten_from_the_results(smoke):
     out, _, readme = smoke
     text = readme.read_text()
@@ -149,7 +273,7 @@ def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
     before = metrics_files(out)
     wall = json.loads((out / 'results.json').read_text())['settings']
     result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=1,7', cwd=workdir)
-    assert 'started' not in result.stdout and 'train sweep-l2r-lr0.01-gate1: done, skipped' in result.stdout
+    assert 'started' not in result.stdout and 'train sweep-l2r-lr0.01-gate1-learned: done, skipped' in result.stdout
     assert 'train encoder-s1: done, skipped' in result.stdout  # finding 6's encoder samples (7 names 6)
     assert 'sigma' not in result.stdout  # finding 8's runs are not needed
     assert metrics_files(out) == before
@@ -164,13 +288,13 @@ def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, wo
     out, _, _ = smoke
     moved = tmp_path / 'moved'
     shutil.copytree(out, moved)
-    run = moved / 'runs' / 'sweep-l2r-lr0.01-gate1'
+    run = moved / 'runs' / 'sweep-l2r-lr0.01-gate1-learned'
     lines = (run / 'metrics.jsonl').read_text().splitlines(keepends=True)
     (run / 'metrics.jsonl').write_text(''.join(lines[:-1]))  # stopped before max_iters
     plan = run_script('findings.py', '--preset=smoke', f'--out_dir={moved}', '--only=2', '--dry_run',
                       cwd=workdir).stdout
     jobs = [line for line in plan.splitlines() if line.startswith('train')]
-    assert jobs[0].startswith('train sweep-l2r-lr0.01-gate1 (resume) [to run]')
+    assert jobs[0].startswith('train sweep-l2r-lr0.01-gate1-learned (resume) [to run]')
     assert jobs[0].endswith('--init_from=resume')
     assert all('[done]' in line for line in jobs[1:]) and len(jobs) == 2  # only the l2r kind's sweep: finding 2's
 
@@ -178,7 +302,9 @@ def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, wo
 @pytest.mark.slow
 def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
     out, _, _ = smoke
-    says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8')
+    says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8, plateau, long')
+    says(one_line_error('findings.py', '--preset=gpu', '--only=long', '--dry_run', cwd=workdir), '--only=long',
+         'gpu preset', 'plateau')
     says(one_line_error('findings.py', '--preset=tiny', cwd=workdir), '--preset', 'cpu, gpu, smoke')
     says(one_line_error('findings.py', '--seeds=9', cwd=workdir), '--seeds', '9')
     says(one_line_error('findings.py', '--seeds=1', cwd=workdir), '--seeds', '[2, 5]')
@@ -191,8 +317,8 @@ def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
          'cannot be made')
     says(one_line_error('findings.py', '--preset=smoke', f'--readme={tmp_path}/none.md', cwd=workdir), '--readme')
     cut = tmp_path / 'cut'
-    shutil.copytree(out / 'runs' / 'sweep-l2r-lr0.01-gate1', cut / 'runs' / 'sweep-l2r-lr0.01-gate1')
-    args = cut / 'runs' / 'sweep-l2r-lr0.01-gate1' / 'args.json'
+    shutil.copytree(out / 'runs' / 'sweep-l2r-lr0.01-gate1-learned', cut / 'runs' / 'sweep-l2r-lr0.01-gate1-learned')
+    args = cut / 'runs' / 'sweep-l2r-lr0.01-gate1-learned' / 'args.json'
     args.write_text(args.read_text()[:20])
     says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={cut}', '--only=2', cwd=workdir), 'args.json',
          'not JSON', 'delete the run folder')
@@ -223,7 +349,7 @@ def test_figures_need_matplotlib_before_any_run(monkeypatch, workdir):
         load_matplotlib()
     assert str(stop.value.code) == 'error: matplotlib is needed for the figures: pip install matplotlib'
     says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={workdir}/never', cwd=workdir), 'matplotlib')
-    assert not os.path.exists(os.path.join(workdir, 'never', 'runs', 'sweep-l2r-lr0.01-gate1'))
+    assert not os.path.exists(os.path.join(workdir, 'never', 'runs', 'sweep-l2r-lr0.01-gate1-learned'))
 
 
 def test_line_figure_draws_the_curves_bands_and_lines(tmp_path):

@@ -12,10 +12,10 @@ from model import GPT, GPTConfig
 pytestmark = pytest.mark.slow
 
 
-def train_bf16(workdir, compile):
-    out_dir = f'out-bf16-compile-{compile}'
+def train_bf16(workdir, compile, positions='learned'):
+    out_dir = f'out-bf16-compile-{compile}-{positions}'
     out = train(workdir, out_dir, '--max_iters=10', '--eval_interval=5', '--learning_rate=3e-3', '--peak_flops=1e9',
-                '--dtype=bfloat16', f'--compile={compile}')
+                '--dtype=bfloat16', f'--compile={compile}', f'--position_encoding={positions}')
     return out.stdout, metrics(workdir, out_dir)
 
 
@@ -45,10 +45,12 @@ def test_mfu_line(bf16_eager):
         assert math.isfinite(float(mfu)) and float(mfu) == pytest.approx(expected, rel=5e-3, abs=0.006)
 
 
-def test_compiled_bf16_training_matches_eager(workdir, bf16_eager):
-    out, records = train_bf16(workdir, True)
+@pytest.mark.parametrize('positions', ['learned', 'rotary'])
+def test_compiled_bf16_training_matches_eager(workdir, bf16_eager, positions):
+    out, records = train_bf16(workdir, True, positions)
     assert 'compiling the model' in out
-    for compiled, eager in zip(records, bf16_eager[1], strict=True):
+    eager_records = bf16_eager[1] if positions == 'learned' else train_bf16(workdir, False, positions)[1]
+    for compiled, eager in zip(records, eager_records, strict=True):
         for key in ('train_l2r', 'val_l2r', 'train_ao', 'val_ao'):
             assert compiled[key] == pytest.approx(eager[key], abs=5e-3), (compiled['iter'], key)
 

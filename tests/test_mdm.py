@@ -1,6 +1,7 @@
 """The encoder-only MDM against independent computations: the exact NELBO by enumerating every unmasked
 subset, the any-order loss over every order (Remark 1), an explicit-loop forward, full attention; and its
-rotary position encoding: the loop forward with 2x2 rotations, relative scores, state dicts, train.py."""
+rotary position encoding: the loop forward with 2x2 rotations, relative scores, state dicts, train.py (the
+decoders' rotary positions: test_model.py)."""
 import math
 
 import pytest
@@ -8,8 +9,8 @@ import torch
 
 import conftest
 from conftest import (N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given,
-                      one_line_error, says, stored_checkpoint, tiny_mdm, train)
-from model import GPTConfig, MDM
+                      one_line_error, rotate, says, stored_checkpoint, tiny_mdm, train)
+from model import GPTConfig, MDM, rotate as model_rotate
 from training import l2r_cuts, sample_masks
 
 @pytest.fixture(scope='module')
@@ -50,17 +51,6 @@ def test_l2r_cuts_are_unbiased_for_the_l2r_loss(model):
     _, terms = model(x.expand(20000, N), mask, weights, reduction='none')
     mean, error = mean_and_error(terms.double().mean(1))
     assert abs(mean - exact_l2r(model, x)) < 4 * error
-
-
-def rotate(v, position):
-    """RoPE of one head's query or key v (hs,) at `position`: the pair of channels (i, i + hs/2) turned by
-    the 2x2 rotation matrix of angle position * 10000^(-2i/hs)."""
-    hs, out = len(v), v.clone()
-    for i in range(hs // 2):
-        a = position * 10000 ** (-2 * i / hs)
-        turn = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=v.dtype)
-        out[[i, i + hs // 2]] = turn @ v[[i, i + hs // 2]]
-    return out
 
 
 def slow_forward(model, z):
@@ -140,29 +130,31 @@ def test_parameters_match_ao_gpt_but_the_target_embedding():
 
 @torch.no_grad()
 def test_rotary_scores_depend_only_on_relative_position():
-    rotary = tiny_mdm(block_size=N + 3, position_encoding='rotary').transformer.h[0].attn.rotary
-    q, k = torch.randn(2, 1, 1, 1, 8).expand(-1, -1, -1, N, -1)  # one query and one key vector, at positions 0..N-1
-    scores = rotary(q) @ rotary(k).mT  # (1, 1, N, N)
+    table = tiny_mdm(block_size=N + 3, position_encoding='rotary').rotary
+    at = lambda u, positions: model_rotate(u, table(positions))
+    p = torch.arange(N)[None]  # positions 0..N-1
+    q, k = torch.randn(2, 1, 1, 1, 8).expand(-1, -1, -1, N, -1)  # one query and one key vector at every position
+    scores = at(q, p) @ at(k, p).mT  # (1, 1, N, N)
     for offset in range(-N + 1, N):  # equal along each diagonal i - j, different across them
         diagonal = scores[0, 0].diagonal(offset)
         torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal))
     assert scores[0, 0, 0].unique().numel() == N
-    # shifted by 3 positions (inside a longer sequence), random queries and keys keep their scores
-    q, k = torch.randn(2, 1, 2, N, 8)
-    shifted = [rotary(torch.cat([torch.randn(1, 2, 3, 8), u], 2))[:, :, 3:] for u in (q, k)]
-    torch.testing.assert_close(shifted[0] @ shifted[1].mT, rotary(q) @ rotary(k).mT)
+    q, k = torch.randn(2, 1, 2, N, 8)  # shifted by 3 positions, or to -1.. (the start slot's), random queries
+    for shift in (3, -1):  # and keys keep their scores
+        torch.testing.assert_close(at(q, p + shift) @ at(k, p + shift).mT, at(q, p) @ at(k, p).mT)
+    torch.testing.assert_close(at(q, p)[0, 0, 2], rotate(q[0, 0, 2], 2))  # the table is the 2x2 rotations'
 
 
 @torch.no_grad()
-def test_rotary_is_the_encoders_only_position(monkeypatch):
+def test_rotary_is_the_encoders_only_position():
     # permuting the tokens permutes the outputs of a model with no position at all, but not with RoPE
     model = tiny_mdm(position_encoding='rotary')
     z = torch.tensor([[1, model.mask_id, 2, model.mask_id, 0]])
     permutation = torch.tensor([3, 0, 4, 1, 2])
     assert not torch.allclose(model.forward_masked(z[:, permutation]), model.forward_masked(z)[:, permutation],
                               atol=1e-3)
-    for block in model.transformer.h:
-        monkeypatch.setattr(block.attn, 'rotary', torch.nn.Identity())
+    model.rotary.cos.fill_(1.0)  # every angle 0: no position
+    model.rotary.sin.zero_()
     torch.testing.assert_close(model.forward_masked(z[:, permutation]), model.forward_masked(z)[:, permutation])
 
 
@@ -194,8 +186,9 @@ def test_state_dicts_and_old_checkpoints(tmp_path):
 
 
 @pytest.mark.parametrize('args,parts', [
-    (dict(position_encoding='alibi'), ["('learned', 'rotary')", "'alibi'"]),
-    (dict(position_encoding='rotary', architecture='decoder'), ["architecture='encoder'", 'permuted order']),
+    (dict(position_encoding='alibi'), ["('learned', 'rotary', 'rotary_plain')", "'alibi'"]),
+    (dict(position_encoding='rotary_plain'), ["'rotary_plain'", "decoders' ablation", "use 'rotary'"]),
+    (dict(position_encoding='rotary_plain', n_embd=12, n_head=4, architecture='decoder'), ['head size', '(3)']),
     (dict(position_encoding='rotary', n_embd=12, n_head=4), ['head size', '(3)', 'even']),
 ])
 def test_bad_position_encoding(args, parts):
@@ -238,7 +231,8 @@ def test_train_rotary_encoder_and_resume_exactly(workdir):
 
 
 @pytest.mark.parametrize('args,parts', [
-    (['--position_encoding=rotary'], ['rotary', "architecture='encoder'", 'permuted order']),  # the decoder
+    (['--architecture=encoder', '--position_encoding=rotary_plain'], ['rotary_plain', "decoders' ablation"]),
+    (['--position_encoding=rotary', '--n_embd=30'], ['head size', '(15)', 'even']),  # a decoder
     (['--architecture=encoder', '--position_encoding=alibi'], ['--position_encoding', 'learned, rotary']),
     (['--architecture=encoder', '--position_encoding=rotary', '--n_embd=30'], ['head size', '(15)', 'even']),
 ])

@@ -1,11 +1,12 @@
-"""Model tests: parity with the authors' code, an independent slow forward, causality, orders, EMA, KV cache."""
+"""Model tests: parity with the authors' code, an independent slow forward (every position encoding), causality,
+orders, EMA, KV cache."""
 import math
 
 import pytest
 import torch
 from torch.nn import functional as F
 
-from conftest import tiny_model
+from conftest import DECODERS, decoder_id, rotate, tiny_model
 from fixtures.reference import load
 from checkpoints import load_checkpoint, reference_state_dict
 from engine import Engine, KVCache
@@ -46,20 +47,26 @@ def test_load_authors_checkpoint_file(fixture, tmp_path):
 
 def slow_forward(model, x, order):
     """The forward written out slot by slot with explicit attention loops (one row): AO-GPT's adaLN
-    blocks, or sigma-GPT's plain LayerNorm blocks on an input that carries the target embedding."""
+    blocks, or sigma-GPT's plain LayerNorm blocks on an input that carries the target embedding; positions
+    added from the learned table, or each key turned by explicit 2x2 rotations at its slot's position (the
+    start slot: -1) and each query at the position its slot predicts (rotary; none: -1) or at its own
+    (rotary_plain)."""
     cfg, p = model.config, model.state_dict()  # the state dict names a tied head under both names
     T, C, nh = x.numel(), cfg.n_embd, cfg.n_head
     hs = C // nh
     adaln = cfg.target_injection == 'adaln'
+    own = [-1] + order.tolist()  # each slot's position, and the position it predicts
+    predicts = order.tolist() + [-1]
+    query_at = predicts if cfg.position_encoding == 'rotary' else own
+    learned = cfg.position_encoding == 'learned'
     rms = lambda v, w: v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * w
     centred = lambda v: v - v.mean(-1, keepdim=True)
     layer_norm = lambda v, name: rms(centred(v), p[name + '.weight']) + p.get(name + '.bias', 0)  # LN = RMS of centred
     norm = (lambda v, name: rms(v, p[name + '.weight'])) if adaln else layer_norm
     lin = lambda v, name: v @ p[name + '.weight'].T + (p[name + '.bias'] if name + '.bias' in p else 0)
     gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
-    rows = [p['transformer.wnonee.weight'][0] + p['transformer.wpe.weight'][0]]
-    rows += [p['transformer.wte.weight'][x[o]] + p['transformer.wpe.weight'][o + 1] for o in order]
-    h = torch.stack(rows)
+    rows = [p['transformer.wnonee.weight'][0]] + [p['transformer.wte.weight'][x[o]] for o in order]
+    h = torch.stack(rows) + (p['transformer.wpe.weight'][torch.tensor(own) + 1] if learned else 0)
     conds = [p['transformer.wtpe.weight'][o] for o in order] + [torch.zeros(p['transformer.wtpe.weight'].size(1))]
     cond = torch.stack(conds)
     silu_c = cond * torch.sigmoid(cond)
@@ -76,6 +83,9 @@ def slow_forward(model, x, order):
             q = qk_norm(qkv[:, head * hs:(head + 1) * hs], 'q_norm')
             k = qk_norm(qkv[:, C + head * hs:C + (head + 1) * hs], 'k_norm')
             v = qkv[:, 2 * C + head * hs:2 * C + (head + 1) * hs]
+            if not learned:
+                q = torch.stack([rotate(q[i], query_at[i]) for i in range(T + 1)])
+                k = torch.stack([rotate(k[i], own[i]) for i in range(T + 1)])
             for i in range(T + 1):
                 w = torch.softmax(torch.stack([q[i] @ k[j] / math.sqrt(hs) for j in range(i + 1)]), 0)
                 out[i, head * hs:(head + 1) * hs] = sum(w[j] * v[j] for j in range(i + 1))
@@ -89,9 +99,10 @@ def slow_forward(model, x, order):
     return lin(h * (1 + scale) + shift, 'lm_head')
 
 
-@pytest.mark.parametrize('injection,bias', [('adaln', True), ('adaln', False), ('add', True), ('add', False)])
-def test_forward_matches_slow_forward(injection, bias):
-    model = tiny_model(target_injection=injection, bias=bias)
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
+def test_forward_matches_slow_forward(kind, bias):
+    model = tiny_model(bias=bias, **kind)
     x = torch.randint(0, 11, (2, 16))
     order = sample_orders('random', 2, 16, torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -102,9 +113,9 @@ def test_forward_matches_slow_forward(injection, bias):
     torch.testing.assert_close(loss, expected)
 
 
-@pytest.mark.parametrize('injection', ['adaln', 'add'])
-def test_causality_over_random_orders(injection):
-    model = tiny_model(target_injection=injection)
+@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
+def test_causality_over_random_orders(kind):
+    model = tiny_model(**kind)
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 11, (4, 16), generator=gen)
     order = sample_orders('random', 4, 16, gen)
@@ -122,8 +133,9 @@ def test_causality_over_random_orders(injection):
             assert not torch.allclose(logits2[:, j + 1:-1], logits[:, j + 1:-1])
 
 
-def test_l2r_order_is_an_ordinary_causal_lm():
-    model = tiny_model()
+@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
+def test_l2r_order_is_an_ordinary_causal_lm(kind):
+    model = tiny_model(**kind)
     x = torch.randint(0, 11, (3, 16))
     identity = sample_orders('l2r', 3, 16)
     with torch.no_grad():
@@ -176,8 +188,9 @@ def test_ema_update_rule():
         torch.testing.assert_close(p, e)
 
 
-def test_kv_cache_one_slot_at_a_time_matches_full_forward():
-    model = tiny_model()
+@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
+def test_kv_cache_in_chunks_matches_full_forward(kind):
+    model = tiny_model(**kind)
     x = torch.randint(0, 11, (2, 16))
     order = sample_orders('random', 2, 16, torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -280,4 +293,20 @@ def test_open_gates_start_each_block_as_a_plain_residual_block():
     x, c = torch.randn(2, 5, 32), torch.randn(2, 5, 16)
     h = x + block.attn(block.ln_1(x))
     torch.testing.assert_close(block(x, c), h + block.mlp(block.ln_2(h)), rtol=0, atol=1e-6)
+
+
+
+def test_rotary_decoders_state_dicts_and_checkpoints(tmp_path):
+    # no position table (the cos/sin tables are made from the config, not saved); a checkpoint records its
+    # encoding, and one without the key (the authors', or from before the option) is a learned one
+    learned, rotary = tiny_model(), tiny_model(position_encoding='rotary')
+    assert list(rotary.state_dict()) == [k for k in learned.state_dict() if k != 'transformer.wpe.weight']
+    x, order = torch.randint(0, 11, (2, 16)), torch.randperm(16).expand(2, 16)
+    for model, args in [(rotary, dict(position_encoding='rotary')), (learned, {})]:
+        model_args = dict(block_size=16, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | args
+        torch.save({'model': model.state_dict(), 'model_args': model_args}, tmp_path / 'ckpt.pt')
+        loaded, _ = load_checkpoint(tmp_path / 'ckpt.pt')
+        assert loaded.config.position_encoding == args.get('position_encoding', 'learned')
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(x, order)[0], model(x, order)[0])
 

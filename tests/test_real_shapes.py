@@ -71,6 +71,29 @@ def test_memory_is_flat_in_the_number_of_chunks(workdir, real_ckpt):
     assert peaks[12] < peaks[4] + 100 and peaks[12] < 3000
 
 
+def test_rotary_decoder_trains_samples_and_evaluates(workdir, bpe_ckpt):
+    # the quick start's positions at the paper's shapes: bf16 training, speculative sampling (each copy's query
+    # at its own target), an ensemble's queries
+    out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real-rotary', '--device=cpu',
+                                '--position_encoding=rotary', '--dtype=bfloat16', '--compile=False', '--n_layer=2',
+                                '--n_head=2', '--n_embd=64', '--cond_dim=32', '--block_size=1024', '--batch_size=2',
+                                '--max_iters=1', '--eval_interval=1', '--eval_iters=1', '--warmup_iters=0',
+                                '--lr_decay_iters=1', cwd=workdir)
+    print(f'train.py --position_encoding=rotary, block 1024, bf16 autocast: peak {peak:.0f} MB')
+    assert stored_checkpoint(workdir, 'out-real-rotary')['model_args']['position_encoding'] == 'rotary'
+    assert 'nan' not in out and peak < 4000
+    needs('gpt2_bpe')
+    out, peak = peak_memory_run('sample.py', '--out_dir=out-real-rotary', '--num_samples=1', '--device=cpu',
+                                '--dtype=bfloat16', '--speculate=8', cwd=workdir)
+    assert len(out.split('\n---------------\n')[:-1]) == 1 and peak < 2000
+    data_dir = needs('gpt2_bpe', 'lambada')
+    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real-rotary', '--dataset=lambada', f'--data_dir={data_dir}',
+                                '--ensemble=2', '--max_chunks=1', '--device=cpu', '--dtype=bfloat16', cwd=workdir)
+    row = out.splitlines()[-1].split()
+    assert row[:2] == ['lambada', '1,024'] and all(math.isfinite(float(v)) and float(v) > 1 for v in row[2:5])
+    assert peak < 3000
+
+
 @pytest.fixture(scope='module')
 def real_mdm(workdir, bpe_ckpt):  # the encoder at the same shapes
     return peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real-mdm', '--architecture=encoder',

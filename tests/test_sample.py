@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from common import parse_infill, prompt_tokens
-from conftest import TINY_BLOCK as T, run_script, samples, says, tiny_model
+from conftest import DECODERS, TINY_BLOCK as T, decoder_id, run_script, samples, says, tiny_model
 from engine import Sampling, confidence_scores, filter_probs, generate, inverse_cdf, sample_tokens, step_sizes
 from fixtures.reference import load
 
@@ -35,9 +35,9 @@ def uncached_logits(model, x, prefix, candidates):
 @pytest.mark.parametrize('order,confidence', [('random', None), ('l2r', None), ('confidence', 'maxprob'),
                                               ('confidence', 'entropy')])
 @pytest.mark.parametrize('steps,schedule', [(None, 'linear'), (4, 'linear'), (5, 'cosine')])
-@pytest.mark.parametrize('injection', ['adaln', 'add'])  # AO-GPT and the sigma-GPT baseline
-def test_cached_decoding_equals_uncached_forwards(injection, prompt, order, confidence, steps, schedule):
-    model = tiny_model(target_injection=injection)
+@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)  # AO-GPT and sigma-GPT, each position encoding
+def test_cached_decoding_equals_uncached_forwards(kind, prompt, order, confidence, steps, schedule):
+    model = tiny_model(**kind)
     known = torch.tensor(KNOWN[prompt])
     n = int((~known).sum())
     x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))

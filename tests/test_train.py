@@ -165,7 +165,7 @@ def test_init_from_authors_checkpoint(workdir, sized_data):  # 96 ids, as its vo
                                   'train_shakespeare_char', 'train_sigma_gpt_small', 'train_ao_gpt_small_nocl',
                                   'train_mdm_shakespeare_char', 'train_sigma_gpt_shakespeare_char',
                                   'train_order_l2r', 'train_order_fixed_random', 'train_order_block_random',
-                                  'train_shakespeare', 'train_mdm_small'])
+                                  'train_shakespeare', 'train_mdm_small', 'train_ao_gpt_small_rotary'])
 def test_config_files_apply(workdir, name):
     # the real config, then a tiny model and data so that the evaluation at iteration 0 runs in seconds
     out = run_script('train.py', os.path.join(ROOT, 'config', f'{name}.py'), *TINY, '--max_iters=0',
@@ -191,6 +191,12 @@ def test_recipes_are_the_authors():
     assert sigma['order'] == 'random' and sigma['target_injection'] == 'add' and sigma['ema_decay'] == 0.0
     same = set(small) - {'order', 'ema_decay', 'out_dir', 'wandb_run_name'}  # the rest is AO-GPT small's recipe
     assert {k: sigma[k] for k in same} == {k: small[k] for k in same}
+    # the paper's recipes keep the authors' learned positions (train.py's default); ours only adds rotary ones
+    assert all(c.get('position_encoding', 'learned') == 'learned' for c in (small, medium, nocl, sigma))
+    rotary = recipe('train_ao_gpt_small_rotary')
+    assert rotary['position_encoding'] == 'rotary'
+    assert {k: v for k, v in rotary.items() if k not in ('position_encoding', 'out_dir', 'wandb_run_name')} == \
+        {k: v for k, v in small.items() if k not in ('out_dir', 'wandb_run_name')}
     for name, order in [('l2r', 'l2r'), ('fixed_random', 'fixed_random'), ('block_random', 'block_random')]:
         c = recipe(f'train_order_{name}')
         assert c['order'] == order and tokens_per_iter(c) == 524_288

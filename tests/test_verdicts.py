@@ -1,13 +1,13 @@
-"""report.py's statistics for the verdicts: t quantiles, the paired bootstrap and Welch intervals (their verdicts
-on synthetic effects and their coverage), the rule, and Intervals in results.md and results.json."""
+"""report.py's statistics for the verdicts: t quantiles, the paired bootstrap, Welch and one-sample t intervals
+(their verdicts on synthetic effects and their coverage), the rule, and Intervals in results.md and results.json."""
 import json
 import math
 
 import numpy as np
 import pytest
 
-from report import (RULE, VERDICTS, Interval, number, paired_interval, t_quantile, unpaired_interval, verdict,
-                    write_results)
+from report import (RULE, VERDICTS, Interval, mean_interval, number, paired_interval, t_quantile, unpaired_interval,
+                    verdict, write_results)
 
 
 @pytest.mark.parametrize('df, t', [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423),
@@ -67,6 +67,18 @@ def test_unpaired_with_one_run_on_a_side_takes_the_other_sides_variance():
     assert unpaired_interval([0.0, 1.0, 2.0], [2.0]).effect == -1.0
     with pytest.raises(ValueError, match='at least 2 runs on one side'):
         unpaired_interval([1.0], [2.0])
+
+
+def test_mean_interval_is_students_t_over_the_values():
+    interval = mean_interval([1.0, 2.0, 3.0, 4.0], 'timing repeats')  # sd sqrt(5/3), df 3: t 3.1824
+    half = 3.1824 * math.sqrt(5 / 3) / 2
+    assert (interval.effect, interval.low, interval.high) == pytest.approx((2.5, 2.5 - half, 2.5 + half), abs=1e-4)
+    assert interval.n == '4 timing repeats' and 'df 3' in interval.method
+    rng = np.random.default_rng(0)
+    covered = [i.low < 0.3 < i.high for i in (mean_interval(rng.normal(0.3, 1, 5), 'repeats') for _ in range(2000))]
+    assert 0.93 <= np.mean(covered) <= 0.97
+    with pytest.raises(ValueError, match='at least 2 repeats'):
+        mean_interval([1.0], 'repeats')
 
 
 def test_verdict_follows_the_rule():
