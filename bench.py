@@ -142,7 +142,7 @@ def bench_training():
         torch.manual_seed(seed)
         model = build(block_size, position_encoding=positions)
         steps[positions] = trainer(model)
-    seconds = median_seconds({(positions, mode): lambda run_steps=steps[positions], mode=mode: run_steps(mode, train_steps)
+    seconds = median_seconds({(positions, mode): lambda run=steps[positions], mode=mode: run(mode, train_steps)
                               for positions in encodings for mode in modes})
     tokens_per_sec = {run: train_steps * batch_size * block_size / s for run, s in seconds.items()}
     print(f'training: {model.get_num_params() / 1e6:.1f}M params (rotary), batch {batch_size} x {block_size}, '

@@ -59,7 +59,7 @@ class GPTConfig:
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
     architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
-    position_encoding: str = 'learned'  # 'learned' (absolute, added), 'rotary' (RoPE, queries at the target) or 'rotary_plain'
+    position_encoding: str = 'learned'  # 'learned' (an added table), 'rotary' (queries at the target), 'rotary_plain'
 
     def __post_init__(self):
         if self.target_injection not in RECIPES:
