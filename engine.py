@@ -365,7 +365,7 @@ class Speculation:
 
 @torch.no_grad()
 def speculative(model, x, known, k, sampling=Sampling(), *, order='random', generator=None, n_tokens=None,
-                progress=False, stats=None):
+                progress=False, stats=None, trace=None):
     """Fill the unknown positions of x (B, T) in place by any-subset speculative decoding (Guo & Ermon,
     arXiv 2504.20456) with up to k drafts per forward; return x and the decoding order (B, n). The
     samples are distributed exactly as generate's with one token per step in the same order (order
@@ -380,6 +380,12 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     instead and the rest go. Kept slots stay in the cache as written; a row that kept every draft
     drafts again from the same forward's copies. Each row keeps its own number of tokens per forward
     in its own cache length (RowCache). stats (a Speculation), if given, adds up what was done.
+    k is capped at the unknown positions: more drafts than that could never be read.
+
+    trace(rows, context, target, probs), if given, sees every distribution the sampler treats as exact,
+    as it is used: for row rows[i], probs[i] (V,) is taken as the law of the target[i]-th position of
+    the row's read order (the known positions left to right, then the unknown ones in decoding order),
+    given its first context[i] positions; the tests compare them with full forwards.
     """
     check_order(model, order, k)
     B, T = x.shape
@@ -387,6 +393,9 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     masked = (~known).nonzero().squeeze(1).expand(B, -1)
     if order == 'random':
         masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=dev).argsort(1))
+    k = min(k, masked.size(1))
+    if k == 0:
+        return x, masked
     given = known.nonzero().squeeze(1).expand(B, -1)
     none = torch.full((B, 1), -1, device=dev)
     seq = torch.cat([none, given, masked, none.expand(B, 2 * k)], 1)  # the read order; -1 past its end: no target
@@ -418,7 +427,8 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         kept = torch.zeros_like(read)
         rejected = torch.zeros_like(live)
         if P:
-            kept, rejected = test_drafts(x, seq, logits[:, :P], q[:, :P], read, decided, drafted, sampling, generator)
+            kept, rejected = verify_drafts(x, seq, logits[:, :P], q[:, :P], read, decided, drafted, sampling, generator,
+                                         trace)
         counts = torch.where(live, decided - read + kept, 0)
         cache.commit(counts)
         read += counts
@@ -428,6 +438,9 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         q_next = sampling_probs(logits[:, P:], sampling)
         u = torch.rand((B, k, 1), generator=generator, device=dev, dtype=sampling.dtype)
         write = torch.arange(k, device=dev) < drafts.unsqueeze(1)
+        if trace is not None:  # draft j is drawn from its law given the decided positions
+            traced(trace, write, decided.unsqueeze(1) - 1, decided.unsqueeze(1) - 1 + torch.arange(k, device=dev),
+                   q_next)
         put(x, seq.gather(1, decided.unsqueeze(1) + torch.arange(k, device=dev)), inverse_cdf(q_next, u).squeeze(-1),
             write)
         decided += draft
@@ -457,7 +470,13 @@ def speculative_mask(cache, m, width, k):
     return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= width) & (t < mm - 1))).unsqueeze(1)
 
 
-def test_drafts(x, seq, logits, q, read, decided, drafted, sampling, generator):
+def traced(trace, used, context, target, probs):
+    """Hand trace the distributions probs (B, n, V) where used (B, n), with their context and target (B, n)."""
+    rows, cols = used.nonzero(as_tuple=True)
+    trace(rows, context.expand_as(used)[rows, cols], target.expand_as(used)[rows, cols], probs[rows, cols])
+
+
+def verify_drafts(x, seq, logits, q, read, decided, drafted, sampling, generator, trace=None):
     """The ratio tests of each row's drafted tokens, in order: how many are kept (B,) and whether one was
     rejected (B,), in which case its token in x is drawn again from max(p - q, 0).
 
@@ -469,11 +488,17 @@ def test_drafts(x, seq, logits, q, read, decided, drafted, sampling, generator):
     col = ((decided - read - 1).unsqueeze(1) + j).clamp(0, P - 1)  # rows with nothing to test: any slot
     p = sampling_probs(logits.gather(1, col.unsqueeze(-1).expand(-1, -1, logits.size(-1))), sampling)
     where = seq.gather(1, decided.unsqueeze(1) + j)
-    tokens = x.gather(1, where.clamp(min=0)).unsqueeze(-1)
+    pending = j < drafted.unsqueeze(1)
+    # past a row's drafts x holds whatever the caller put there (a [MASK] id, say): read token 0 instead
+    tokens = torch.where(pending, x.gather(1, where.clamp(min=0)), 0).unsqueeze(-1)
     ratio = p.gather(2, tokens).squeeze(-1) / q.gather(2, tokens).squeeze(-1)
     u = torch.rand((B, P), generator=generator, device=x.device, dtype=sampling.dtype)
-    kept = ((u < ratio) & (j < drafted.unsqueeze(1))).long().cumprod(1).sum(1)
+    kept = ((u < ratio) & pending).long().cumprod(1).sum(1)
     rejected = kept < drafted
+    if trace is not None:  # draft j's test: its law given the drafts before it, and q, drawn one position earlier
+        tested, at = pending & (j <= kept.unsqueeze(1)), (decided.unsqueeze(1) - 1 + j)
+        traced(trace, tested, at, at, p)
+        traced(trace, tested, decided.unsqueeze(1) - 2, at, q)
     at = kept.clamp(max=P - 1).view(B, 1, 1).expand(-1, 1, p.size(-1))
     p_at, q_at = p.gather(1, at).squeeze(1), q.gather(1, at).squeeze(1)
     residual = (p_at - q_at).clamp(min=0)

@@ -10,7 +10,8 @@ import torch
 
 from conftest import (DECODERS, TINY_BLOCK as T, decoder_id, one_line_error, run_script, samples, says, tiny_mdm,
                       tiny_model)
-from engine import Sampling, Speculation, check_order, generate, sampling_probs
+import engine
+from engine import Sampling, Speculation, check_order, generate, sampling_probs, speculative
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -37,6 +38,92 @@ def test_greedy_equals_the_argmax_of_full_forwards(order, k, kind):
     assert torch.equal(x.gather(1, decoded), logits[:, g:T].argmax(-1))  # each token the argmax given those before it
     assert stats.forwards <= 12 and stats.tests > 0  # never more forwards than one token per step
     assert 0 < stats.kept < stats.tests  # rows kept different numbers of drafts: the per-row cache was exercised
+
+
+def law_given(model, tokens, order, context, target):
+    """Logits of position order[target] given the first `context` positions of `order` (T,) holding tokens
+    (T,), by an uncached forward over those slots alone."""
+    read = order[:context]
+    positions = torch.cat([torch.tensor([-1]), read]).unsqueeze(0)
+    targets = torch.cat([read, order[target:target + 1]]).unsqueeze(0)
+    with torch.no_grad():
+        return model.forward_slots(tokens[positions.clamp(min=0)], positions, targets)[0, -1]
+
+
+@pytest.mark.parametrize('order,k,sampling', [('random', 2, Sampling()), ('random', 3, Sampling()),
+                                              ('random', 5, Sampling(top_p=0.9)), ('l2r', 3, Sampling())])
+@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
+def test_every_law_it_uses_is_a_full_forwards(order, k, sampling, kind):
+    """Every distribution speculative decoding treats as exact (a draft's q, a tested draft's p and the q
+    its ratio divides by) equals an uncached forward's over the final tokens, at batch 6 with rows keeping
+    different numbers of drafts, known positions before, between and after 11 unknown ones, so that later
+    forwards read the cached slots of kept drafts."""
+    model = tiny_model(seed=2, **kind).double()
+    known = torch.zeros(T, dtype=torch.bool)
+    known[[0, 1, 6, 9, 15]] = True
+    x = torch.randint(0, 11, (6, T), generator=torch.Generator().manual_seed(0))
+    records, stats = [], Speculation()
+    x, decoded = speculative(model, x, known, k, sampling, order=order, generator=torch.Generator().manual_seed(3),
+                             stats=stats, trace=lambda *r: records.append([t.clone() for t in r]))
+    assert 0 < stats.kept < stats.tests and stats.forwards < 11  # drafts kept and rejected, fewer forwards
+    covered = set()
+    g = int(known.sum())
+    for rows, contexts, targets, probs in records:
+        for b, context, target, law in zip(rows.tolist(), contexts.tolist(), targets.tolist(), probs):
+            full = full_order(known, decoded[b])
+            assert g <= context <= target < T
+            expected = sampling_probs(law_given(model, x[b], full, context, target), sampling)
+            torch.testing.assert_close(law, expected, rtol=0, atol=1e-12, msg=f'row {b}, {context} -> {target}')
+            covered.add((b, target))
+    assert covered == {(b, t) for b in range(6) for t in range(g, T)}  # every decoded token's law was checked
+
+
+@pytest.mark.parametrize('case', ['overlapping', 'disjoint', 'equal', 'nested'])
+def test_the_ratio_test_and_its_residual_give_p(case):
+    """verify_drafts on synthetic laws: each draft drawn from q, kept with probability min(1, p/q), else
+    replaced by a draw from max(p - q, 0), must come out distributed as p (the first draft), and the second
+    as its own p given the first kept, whatever the overlap of the supports."""
+    V, B = 6, 40000
+    gen = torch.Generator().manual_seed(0)
+    q = {'overlapping': [[.3, .3, .2, .1, .1, 0], [.1, .1, .1, .1, .3, .3]],
+         'disjoint': [[.5, .5, 0, 0, 0, 0], [0, 0, 0, .2, .4, .4]],
+         'equal': [[.1, .2, .3, .4, 0, 0], [0, .25, .25, .25, .25, 0]],
+         'nested': [[.2, .2, .2, .2, .2, 0], [.4, .3, .1, .1, .1, 0]]}[case]
+    p = {'overlapping': [[.1, .2, .3, .1, .1, .2], [.3, .3, .1, .1, .1, .1]],
+         'disjoint': [[0, 0, .3, .3, .2, .2], [.6, .4, 0, 0, 0, 0]],
+         'equal': [[.1, .2, .3, .4, 0, 0], [0, .25, .25, .25, .25, 0]],
+         'nested': [[.5, .5, 0, 0, 0, 0], [.1, .1, .4, .2, .2, 0]]}[case]
+    q, p = torch.tensor(q, dtype=torch.float64), torch.tensor(p, dtype=torch.float64)
+    x = torch.stack([torch.multinomial(q[j], B, replacement=True, generator=gen) for j in range(2)], 1)
+    seq = torch.tensor([-1, 0, 1]).expand(B, -1)
+    kept, rejected = engine.verify_drafts(x, seq, p.log().expand(B, -1, -1), q.expand(B, -1, -1),
+                                          torch.zeros(B, dtype=torch.long), torch.ones(B, dtype=torch.long),
+                                          torch.full((B,), 2), Sampling(), gen)
+    assert torch.equal(rejected, kept < 2)
+    first_kept = kept >= 1
+    assert first_kept.any() != (case == 'disjoint')  # disjoint supports: every first draft is rejected
+    for j, rows in ((0, torch.ones(B, dtype=torch.bool)), (1, first_kept))[:1 + (case != 'disjoint')]:
+        observed = torch.bincount(x[rows, j], minlength=V).double()
+        expected = p[j] * rows.sum()
+        assert observed[expected == 0].sum() == 0
+        chi2 = float(((observed - expected)[expected > 0] ** 2 / expected[expected > 0]).sum())
+        assert chi2 < critical(int((expected > 0).sum()) - 1), (j, observed, expected)
+
+
+def test_filler_ids_and_a_huge_k():
+    """Unknown positions may hold any id (a [MASK] past n_tokens): speculation reads none of them; k past the
+    unknown positions is capped at them, with the same samples."""
+    model = tiny_model().double()
+    known = torch.zeros(T, dtype=torch.bool)
+    known[[0, 5]] = True
+    x = torch.full((4, T), 10)  # at or above n_tokens=8
+    x[:, known] = 3
+    greedy = [generate(model, x.clone(), known, 14, Sampling(temperature=0), speculate=s, n_tokens=8,
+                       generator=torch.Generator().manual_seed(0))[0] for s in (0, 3)]
+    assert torch.equal(greedy[0], greedy[1]) and greedy[0].max() < 8
+    drawn = [generate(model, x.clone(), known, 14, speculate=s, n_tokens=8, generator=torch.Generator().manual_seed(0))[0]
+             for s in (14, 10 ** 12)]
+    assert torch.equal(drawn[0], drawn[1])
 
 
 def exact_joint(model, x, known, orders, n_tokens, sampling):
@@ -118,6 +205,9 @@ def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
     texts = samples(out.stdout.split('speculative decoding:')[0])
     assert len(texts) == 2 and all(len(t) == 32 and t.startswith('ROMEO:') for t in texts), out.stdout
     assert re.search(r'speculative decoding: \d+ forwards, [\d.]+ tokens per forward per row', out.stdout)
+    out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=1', '--device=cpu', '--speculate=1e12',
+                     cwd=workdir)  # capped at the 32 positions to decode
+    assert len(samples(out.stdout.split('speculative decoding:')[0])[0]) == 32
     report = tmp_path / 'gen.json'
     run_script('gen_ppl.py', f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--num_samples=4',
                '--batch_size=2', '--speculate=4', '--temperature=1.0,0', f'--out_json={report}',
