@@ -404,7 +404,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     read = torch.zeros(B, dtype=torch.long, device=dev)  # slots of seq in the cache
     decided = torch.full((B,), 1 + given.size(1), device=dev)  # positions of seq whose token is final
     drafted = torch.zeros_like(read)  # drafts after them, to be tested by the next forward
-    q = None  # the drafts' distributions, (B, k - 1, V)
+    q_logits = q_drawn = None  # the pending drafts' logits (B, k - 1, V), and q of each drafted token (B, k - 1)
     copies = torch.arange(1, k, device=dev)
     bar = tqdm(total=B * masked.size(1), disable=not progress, desc='tokens')
     while (live := decided < total).any():
@@ -427,24 +427,27 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         kept = torch.zeros_like(read)
         rejected = torch.zeros_like(live)
         if P:
-            kept, rejected = verify_drafts(x, seq, logits[:, :P], q[:, :P], read, decided, drafted, sampling, generator,
-                                         trace)
+            kept, rejected = verify_drafts(x, seq, logits[:, :P], q_logits[:, :P], q_drawn[:, :P], read, decided,
+                                           drafted, sampling, generator, trace)
         counts = torch.where(live, decided - read + kept, 0)
         cache.commit(counts)
         read += counts
         decided += kept + rejected
         draft = live & ~rejected & (decided < total)
         drafts = torch.where(draft, (total - decided).clamp(max=k), 0)
-        q_next = sampling_probs(logits[:, P:], sampling)
-        u = torch.rand((B, k, 1), generator=generator, device=dev, dtype=sampling.dtype)
-        write = torch.arange(k, device=dev) < drafts.unsqueeze(1)
+        u = torch.rand((B, k), generator=generator, device=dev, dtype=sampling.dtype)
+        # only the drafts drawn are filtered: q of a row that rejected, or past its last position, is never used
+        rows, j = (torch.arange(k, device=dev) < drafts.unsqueeze(1)).nonzero(as_tuple=True)
+        q = sampling_probs(logits[rows, P + j], sampling)
+        tokens = inverse_cdf(q, u[rows, j].unsqueeze(1))
         if trace is not None:  # draft j is drawn from its law given the decided positions
-            traced(trace, write, decided.unsqueeze(1) - 1, decided.unsqueeze(1) - 1 + torch.arange(k, device=dev),
-                   q_next)
-        put(x, seq.gather(1, decided.unsqueeze(1) + torch.arange(k, device=dev)), inverse_cdf(q_next, u).squeeze(-1),
-            write)
+            trace(rows, decided[rows] - 1, decided[rows] - 1 + j, q)
+        x[rows, seq[rows, decided[rows] + j]] = tokens.squeeze(1)
+        q_drawn = torch.zeros(B, k, dtype=q.dtype, device=dev)
+        q_drawn[rows, j] = q.gather(1, tokens).squeeze(1)
+        q_logits, q_drawn = logits[:, P + 1:], q_drawn[:, 1:]
         decided += draft
-        drafted, q = (drafts - 1).clamp(min=0), q_next[:, 1:]
+        drafted = (drafts - 1).clamp(min=0)
         if stats is not None:
             stats.forwards += 1
             stats.row_forwards += B
@@ -470,48 +473,40 @@ def speculative_mask(cache, m, width, k):
     return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= width) & (t < mm - 1))).unsqueeze(1)
 
 
-def traced(trace, used, context, target, probs):
-    """Hand trace the distributions probs (B, n, V) where used (B, n), with their context and target (B, n)."""
-    rows, cols = used.nonzero(as_tuple=True)
-    trace(rows, context.expand_as(used)[rows, cols], target.expand_as(used)[rows, cols], probs[rows, cols])
-
-
-def verify_drafts(x, seq, logits, q, read, decided, drafted, sampling, generator, trace=None):
+def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, sampling, generator, trace=None):
     """The ratio tests of each row's drafted tokens, in order: how many are kept (B,) and whether one was
     rejected (B,), in which case its token in x is drawn again from max(p - q, 0).
 
     logits (B, P, V): the first P new slots of the forward that read the drafts; draft j (at
-    seq[decided + j]) is predicted by the slot before it, new slot decided - read + j - 1.
+    seq[decided + j]) is predicted by the slot before it, new slot decided - read + j - 1. q_logits
+    (B, P, V): the logits the drafts were drawn from, q_drawn (B, P) the drawn tokens' q. p is filtered
+    only for the drafts pending, q again only at a row's rejected draft.
     """
     B, P, _ = logits.shape
     j = torch.arange(P, device=x.device)
-    col = ((decided - read - 1).unsqueeze(1) + j).clamp(0, P - 1)  # rows with nothing to test: any slot
-    p = sampling_probs(logits.gather(1, col.unsqueeze(-1).expand(-1, -1, logits.size(-1))), sampling)
-    where = seq.gather(1, decided.unsqueeze(1) + j)
     pending = j < drafted.unsqueeze(1)
-    # past a row's drafts x holds whatever the caller put there (a [MASK] id, say): read token 0 instead
-    tokens = torch.where(pending, x.gather(1, where.clamp(min=0)), 0).unsqueeze(-1)
-    ratio = p.gather(2, tokens).squeeze(-1) / q.gather(2, tokens).squeeze(-1)
+    rows, cols = pending.nonzero(as_tuple=True)
+    p = sampling_probs(logits[rows, (decided - read - 1)[rows] + cols], sampling)  # (pending drafts, V)
+    where = seq[rows, decided[rows] + cols]
+    ratio = torch.zeros(B, P, dtype=p.dtype, device=x.device)
+    ratio[rows, cols] = p.gather(1, x[rows, where].unsqueeze(1)).squeeze(1) / q_drawn[rows, cols]
     u = torch.rand((B, P), generator=generator, device=x.device, dtype=sampling.dtype)
     kept = ((u < ratio) & pending).long().cumprod(1).sum(1)
     rejected = kept < drafted
     if trace is not None:  # draft j's test: its law given the drafts before it, and q, drawn one position earlier
-        tested, at = pending & (j <= kept.unsqueeze(1)), (decided.unsqueeze(1) - 1 + j)
-        traced(trace, tested, at, at, p)
-        traced(trace, tested, decided.unsqueeze(1) - 2, at, q)
-    at = kept.clamp(max=P - 1).view(B, 1, 1).expand(-1, 1, p.size(-1))
-    p_at, q_at = p.gather(1, at).squeeze(1), q.gather(1, at).squeeze(1)
+        tested = cols <= kept[rows]
+        at = decided[rows] - 1 + cols
+        trace(rows[tested], at[tested], at[tested], p[tested])
+        trace(rows[tested], at[tested] - cols[tested] - 1, at[tested],
+              sampling_probs(q_logits[rows[tested], cols[tested]], sampling))
+    u = torch.rand((B, 1), generator=generator, device=x.device, dtype=sampling.dtype)
+    r = rejected.nonzero().squeeze(1)
+    at = (rows == r.unsqueeze(1)) & (cols == kept[r].unsqueeze(1))  # each rejected draft's place among the pending
+    p_at, q_at = p[at.nonzero()[:, 1]], sampling_probs(q_logits[r, kept[r]], sampling)
     residual = (p_at - q_at).clamp(min=0)
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_at)  # p == q: no rejection is possible
-    u = torch.rand((B, 1), generator=generator, device=x.device, dtype=sampling.dtype)
-    put(x, where.gather(1, kept.clamp(max=P - 1).unsqueeze(1)), inverse_cdf(residual, u), rejected.unsqueeze(1))
+    x[r, seq[r, decided[r] + kept[r]]] = inverse_cdf(residual, u[r]).squeeze(1)
     return kept, rejected
-
-
-def put(x, positions, tokens, keep):
-    """x[b, positions[b, i]] = tokens[b, i] where keep[b, i], all (B, n)."""
-    rows, cols = keep.nonzero(as_tuple=True)
-    x[rows, positions[rows, cols]] = tokens[rows, cols]
 
 
 @torch.no_grad()

@@ -96,9 +96,9 @@ def test_the_ratio_test_and_its_residual_give_p(case):
     q, p = torch.tensor(q, dtype=torch.float64), torch.tensor(p, dtype=torch.float64)
     x = torch.stack([torch.multinomial(q[j], B, replacement=True, generator=gen) for j in range(2)], 1)
     seq = torch.tensor([-1, 0, 1]).expand(B, -1)
-    kept, rejected = engine.verify_drafts(x, seq, p.log().expand(B, -1, -1), q.expand(B, -1, -1),
-                                          torch.zeros(B, dtype=torch.long), torch.ones(B, dtype=torch.long),
-                                          torch.full((B,), 2), Sampling(), gen)
+    kept, rejected = engine.verify_drafts(x, seq, p.log().expand(B, -1, -1), q.log().expand(B, -1, -1),
+                                          q.gather(1, x.T).T, torch.zeros(B, dtype=torch.long),
+                                          torch.ones(B, dtype=torch.long), torch.full((B,), 2), Sampling(), gen)
     assert torch.equal(rejected, kept < 2)
     first_kept = kept >= 1
     assert first_kept.any() != (case == 'disjoint')  # disjoint supports: every first draft is rejected
