@@ -342,7 +342,7 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
 class Speculation:
     """What speculative decoding did, added up over calls: batched forwards, forwards x rows of each
     call (row_forwards), forwards that each row took part in until its last token (row_forwards_alone),
-    tokens decoded in all rows, and the ratio tests run and passed (a draft after a rejection is not tested)."""
+    tokens decoded in all rows, and the ratio tests run and passed."""
     forwards: int = 0
     row_forwards: int = 0
     row_forwards_alone: int = 0
@@ -377,8 +377,9 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     draft is kept (q is its exact conditional). The next forward reads the drafts in order, so the slot
     before draft i gives p_i, its conditional given the drafts before it: draft i is kept with probability
     min(1, p_i/q_i) while all before it were; the first one rejected is drawn from max(p_i - q_i, 0)
-    instead and the rest go. Kept slots stay in the cache as written; a row that kept every draft
-    drafts again from the same forward's copies. Each row keeps its own number of tokens per forward
+    instead, and the drafts after it, drawn independently of it, are tested by the next forward against
+    their q. Kept slots stay in the cache as written; a row that kept every draft drafts again from the
+    same forward's copies. Each row keeps its own number of tokens per forward
     in its own cache length (RowCache). stats (a Speculation), if given, adds up what was done.
     k is capped at the unknown positions: more drafts than that could never be read.
 
@@ -404,7 +405,9 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     read = torch.zeros(B, dtype=torch.long, device=dev)  # slots of seq in the cache
     decided = torch.full((B,), 1 + given.size(1), device=dev)  # positions of seq whose token is final
     drafted = torch.zeros_like(read)  # drafts after them, to be tested by the next forward
-    q_logits = q_drawn = None  # the pending drafts' logits (B, k - 1, V), and q of each drafted token (B, k - 1)
+    # the pending drafts' logits (B, k - 1, V), q of each drafted token (B, k - 1), and the read-order place
+    # they were drawn after (B,): the last position of their context
+    q_logits = q_drawn = drawn_after = None
     copies = torch.arange(1, k, device=dev)
     bar = tqdm(total=B * masked.size(1), disable=not progress, desc='tokens')
     while (live := decided < total).any():
@@ -428,11 +431,13 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         rejected = torch.zeros_like(live)
         if P:
             kept, rejected = verify_drafts(x, seq, logits[:, :P], q_logits[:, :P], q_drawn[:, :P], read, decided,
-                                           drafted, sampling, generator, trace)
+                                           drafted, drawn_after, sampling, generator, trace)
         counts = torch.where(live, decided - read + kept, 0)
         cache.commit(counts)
         read += counts
         decided += kept + rejected
+        # the drafts after a rejected one were drawn independently of it: still valid, the next forward tests them
+        survivors = torch.where(rejected, drafted - kept - 1, 0)
         draft = live & ~rejected & (decided < total)
         drafts = torch.where(draft, (total - decided).clamp(max=k), 0)
         u = torch.rand((B, k), generator=generator, device=dev, dtype=sampling.dtype)
@@ -443,11 +448,18 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         if trace is not None:  # draft j is drawn from its law given the decided positions
             trace(rows, decided[rows] - 1, decided[rows] - 1 + j, q)
         x[rows, seq[rows, decided[rows] + j]] = tokens.squeeze(1)
-        q_drawn = torch.zeros(B, k, dtype=q.dtype, device=dev)
-        q_drawn[rows, j] = q.gather(1, tokens).squeeze(1)
-        q_logits, q_drawn = logits[:, P + 1:], q_drawn[:, 1:]
+        drawn = torch.zeros(B, k, dtype=q.dtype, device=dev)
+        drawn[rows, j] = q.gather(1, tokens).squeeze(1)
+        if P:  # a row with survivors keeps their q, shifted past its rejected draft
+            shift = (kept + 1).unsqueeze(1) + torch.arange(k - 1, device=dev)
+            old_logits = q_logits.gather(1, shift.clamp(max=P - 1).unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+            q_logits = torch.where(rejected.view(B, 1, 1), old_logits, logits[:, P + 1:])
+            q_drawn = torch.where(rejected.unsqueeze(1), q_drawn.gather(1, shift.clamp(max=P - 1)), drawn[:, 1:])
+            drawn_after = torch.where(rejected, drawn_after, decided - 1)
+        else:
+            q_logits, q_drawn, drawn_after = logits[:, 1:], drawn[:, 1:], decided - 1
         decided += draft
-        drafted = (drafts - 1).clamp(min=0)
+        drafted = torch.where(draft, (drafts - 1).clamp(min=0), survivors)
         if stats is not None:
             stats.forwards += 1
             stats.row_forwards += B
@@ -473,14 +485,16 @@ def speculative_mask(cache, m, width, k):
     return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= width) & (t < mm - 1))).unsqueeze(1)
 
 
-def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, sampling, generator, trace=None):
+def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, drawn_after, sampling, generator,
+                  trace=None):
     """The ratio tests of each row's drafted tokens, in order: how many are kept (B,) and whether one was
     rejected (B,), in which case its token in x is drawn again from max(p - q, 0).
 
     logits (B, P, V): the first P new slots of the forward that read the drafts; draft j (at
     seq[decided + j]) is predicted by the slot before it, new slot decided - read + j - 1. q_logits
-    (B, P, V): the logits the drafts were drawn from, q_drawn (B, P) the drawn tokens' q. p is filtered
-    only for the drafts pending, q again only at a row's rejected draft.
+    (B, P, V): the logits the drafts were drawn from, q_drawn (B, P) the drawn tokens' q, drawn_after (B,)
+    the place in seq of the last position they were drawn given. p is filtered only for the drafts
+    pending, q again only at a row's rejected draft.
     """
     B, P, _ = logits.shape
     j = torch.arange(P, device=x.device)
@@ -497,7 +511,7 @@ def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, sam
         tested = cols <= kept[rows]
         at = decided[rows] - 1 + cols
         trace(rows[tested], at[tested], at[tested], p[tested])
-        trace(rows[tested], at[tested] - cols[tested] - 1, at[tested],
+        trace(rows[tested], drawn_after[rows[tested]], at[tested],
               sampling_probs(q_logits[rows[tested], cols[tested]], sampling))
     u = torch.rand((B, 1), generator=generator, device=x.device, dtype=sampling.dtype)
     r = rejected.nonzero().squeeze(1)

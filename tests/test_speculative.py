@@ -98,7 +98,8 @@ def test_the_ratio_test_and_its_residual_give_p(case):
     seq = torch.tensor([-1, 0, 1]).expand(B, -1)
     kept, rejected = engine.verify_drafts(x, seq, p.log().expand(B, -1, -1), q.log().expand(B, -1, -1),
                                           q.gather(1, x.T).T, torch.zeros(B, dtype=torch.long),
-                                          torch.ones(B, dtype=torch.long), torch.full((B,), 2), Sampling(), gen)
+                                          torch.ones(B, dtype=torch.long), torch.full((B,), 2),
+                                          torch.zeros(B, dtype=torch.long), Sampling(), gen)
     assert torch.equal(rejected, kept < 2)
     first_kept = kept >= 1
     assert first_kept.any() != (case == 'disjoint')  # disjoint supports: every first draft is rejected
