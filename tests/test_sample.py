@@ -119,6 +119,47 @@ def test_filter_probs_by_hand():
     torch.testing.assert_close(filter_probs(logits, Sampling(top_p=0.95)), p(0.5, 0.25, 0.15, 0.1))  # nucleus keeps it
     torch.testing.assert_close(authors(0.3), p(1.0, 0, 0, 0))  # the most likely token always stays
     assert filter_probs(logits, Sampling(dtype=torch.float32)).dtype == torch.float32
+    # four equal tokens (exactly 0.25 each): the first two hold exactly top_p=0.5, so the third has 0.5 before it
+    tied = torch.zeros(4)
+    torch.testing.assert_close(filter_probs(tied, Sampling(top_p=0.5)), p(0.5, 0.5, 0, 0))
+    torch.testing.assert_close(filter_probs(tied, Sampling(top_p=0.5, top_p_mode='authors')), p(0.5, 0.5, 0, 0))
+
+
+def sorted_nucleus(logits, sampling):
+    """filter_probs' kept tokens the slow way: each row sorted whole (stably: equal tokens by id), the rule
+    applied to the cumulative sums."""
+    probs = (logits.double() / sampling.temperature).softmax(-1)
+    if sampling.top_k is not None:
+        probs = (logits.double() / sampling.temperature).masked_fill(
+            logits < logits.topk(sampling.top_k, -1).values[..., -1:], -math.inf).softmax(-1)
+    sorted_probs, index = probs.sort(dim=-1, descending=True, stable=True)
+    before = sorted_probs.cumsum(-1) - sorted_probs
+    if sampling.top_p_mode == 'nucleus':
+        keep = before < sampling.top_p
+    else:
+        keep = before + sorted_probs <= sampling.top_p
+        keep[..., 0] = True
+    return torch.zeros_like(keep).scatter(-1, index, keep)
+
+
+@pytest.mark.parametrize('mode', ['nucleus', 'authors'])
+def test_top_p_keeps_what_a_full_sort_keeps(mode):
+    """The nucleus search sorts one bucket of log-probabilities; a whole sorted row must keep the same tokens:
+    flat and peaked rows of GPT-2's vocabulary, bf16-rounded logits (many ties), a spread wider than the
+    buckets (the crossing in the last one), top_k's -inf, temperatures, a small vocabulary."""
+    g = torch.Generator().manual_seed(0)
+    cases = [(torch.randn(8, 50304, generator=g) * scale, Sampling(top_p=top_p, top_p_mode=mode, temperature=temp))
+             for scale, top_p, temp in [(0.3, 0.9, 1.0), (3.0, 0.9, 1.0), (6.0, 0.5, 0.7), (2.0, 0.999, 1.3)]]
+    ties = (torch.randn(8, 50304, generator=g) * 2).bfloat16().float()
+    cases += [(ties, Sampling(top_p=0.9, top_p_mode=mode)), (ties, Sampling(top_p=0.97, top_k=4000, top_p_mode=mode))]
+    wide = torch.cat([torch.zeros(4, 1), torch.full((4, 5000), -17.0)], 1)  # the tail 17 nats down, tied
+    cases += [(wide, Sampling(top_p=1 - 1e-5, top_p_mode=mode)), (torch.randn(16, 65, generator=g) * 2,
+                                                                   Sampling(top_p=0.8, top_p_mode=mode))]
+    for logits, sampling in cases:
+        kept = filter_probs(logits, sampling) > 0
+        assert torch.equal(kept, sorted_nucleus(logits, sampling)), sampling
+        assert kept.sum() < kept.numel()  # each case cuts something
+    assert filter_probs(torch.zeros(0, 50304), Sampling(top_p=0.9, top_p_mode=mode)).shape == (0, 50304)
 
 
 ULP = 2.0 ** -24  # the spacing of float32 numbers in [0.5, 1), where a CDF spends most of its tokens
