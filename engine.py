@@ -313,7 +313,8 @@ def confidence_scores(logits, kind):
 
 @torch.no_grad()
 def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', order='random', confidence='maxprob',
-             generator=None, n_tokens=None, progress=False, on_step=None, reuse_forward=True, speculate=0, stats=None):
+             generator=None, n_tokens=None, progress=False, on_step=None, reuse_forward=True, speculate=0, stats=None,
+             count=None):
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
@@ -324,22 +325,21 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     on_step(targets, logits), if given, sees each step's positions (B, k) and logits (not with
     'ancestral', whose rows reveal different numbers of tokens per step).
     speculate=k > 0: the same samples as one token per step (steps must be n), drawn by `speculative`
-    with up to k drafts per forward; stats (a Speculation) adds up its forwards.
+    with up to k drafts per forward; stats (a Speculation) adds up its forwards; count > B draws that
+    many samples, the rows taking turns, and returns them (see `speculative`).
     """
     if speculate:
         if steps != int((~known).sum()):
             raise ValueError(f'speculative decoding draws one token per step exactly, so steps must be the '
                              f'{int((~known).sum())} unknown positions, got {steps}')
         return speculative(model, x, known, speculate, sampling, order=order, generator=generator,
-                           n_tokens=n_tokens, progress=progress, stats=stats)
+                           n_tokens=n_tokens, progress=progress, stats=stats, count=count)
     if order == 'ancestral':
         return ancestral(model, x, known, steps, sampling, schedule=schedule, generator=generator, n_tokens=n_tokens,
                          progress=progress, reuse_forward=reuse_forward)
     B, T = x.shape
-    masked = (~known).nonzero().squeeze(1).expand(B, -1)
+    masked = decoding_orders((~known).nonzero().squeeze(1), B, order, generator)  # confidence: reordered below
     given = known.nonzero().squeeze(1).expand(B, -1)
-    if order == 'random':
-        masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=x.device).argsort(1))
     engine = make_engine(model, B, T)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
@@ -391,7 +391,7 @@ class Speculation:
 
 @torch.no_grad()
 def speculative(model, x, known, k, sampling=Sampling(), *, order='random', generator=None, n_tokens=None,
-                progress=False, stats=None, trace=None):
+                progress=False, stats=None, trace=None, count=None):
     """Fill the unknown positions of x (B, T) in place by any-subset speculative decoding (Guo & Ermon,
     arXiv 2504.20456) with up to k drafts per forward; return x and the decoding order (B, n). The
     samples are distributed exactly as generate's with one token per step in the same order (order
@@ -408,34 +408,45 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     same forward's copies. Each row keeps its own number of tokens per forward
     in its own cache length (RowCache). stats (a Speculation), if given, adds up what was done.
     k is capped at the unknown positions: more drafts than that could never be read.
+    count > B: draw count samples and return them (count, T) with their orders, x's rows taking turns: a
+    row that finishes hands in its sample and starts the next one on its own prompt, so the
+    batch never waits for its slowest row (the samples then use the random numbers in another order
+    than B rows at a time would: other draws from the same distribution).
 
-    trace(rows, context, target, probs), if given, sees every distribution the sampler treats as exact,
-    as it is used: for row rows[i], probs[i] (V,) is taken as the law of the target[i]-th position of
-    the row's read order (the known positions left to right, then the unknown ones in decoding order),
-    given its first context[i] positions; the tests compare them with full forwards.
+    trace(samples, context, target, probs), if given, sees every distribution the sampler treats as
+    exact, as it is used: for sample samples[i] (its row of the output), probs[i] (V,) is taken as the
+    law of the target[i]-th position of the sample's read order (the known positions left to right,
+    then the unknown ones in decoding order), given its first context[i] positions; the tests compare
+    them with full forwards.
     """
     check_order(model, order, k)
     B, T = x.shape
     dev = x.device
-    masked = (~known).nonzero().squeeze(1).expand(B, -1)
-    if order == 'random':
-        masked = masked.gather(1, torch.rand(masked.shape, generator=generator, device=dev).argsort(1))
-    k = min(k, masked.size(1))
+    count = count or B
+    unknown = (~known).nonzero().squeeze(1)
+    n = unknown.numel()
+    k = min(k, n)
     if k == 0:
-        return x, masked
+        return x[torch.arange(count, device=dev) % B], unknown.expand(count, -1)
     given = known.nonzero().squeeze(1).expand(B, -1)
+    g, total = given.size(1), 1 + given.size(1) + n
+    # a forward's slots past a row's end: up to the widest row's (its drafts, or a new sample's prompt), then k copies
+    spare = max(k, 1 + g) + k
     none = torch.full((B, 1), -1, device=dev)
-    seq = torch.cat([none, given, masked, none.expand(B, 2 * k)], 1)  # the read order; -1 past its end: no target
-    total = 1 + given.size(1) + masked.size(1)
-    cache = RowCache(model.config, B, total + 2 * k, *cache_place(model))
+    # the read order; -1 past its end: no target
+    seq = torch.cat([none, given, decoding_orders(unknown, B, order, generator), none.expand(B, spare)], 1)
+    samples, orders = (x, None) if count == B else (x.new_empty(count, T), x.new_empty(count, n))
+    sample_of, next_sample = torch.arange(B, device=dev), B  # the sample each row draws; the next one to start
+    report = trace and (lambda rows, *law: trace(sample_of[rows], *law))
+    cache = RowCache(model.config, B, total + spare, *cache_place(model))
     read = torch.zeros(B, dtype=torch.long, device=dev)  # slots of seq in the cache
-    decided = torch.full((B,), 1 + given.size(1), device=dev)  # positions of seq whose token is final
+    decided = torch.full((B,), 1 + g, device=dev)  # positions of seq whose token is final
     drafted = torch.zeros_like(read)  # drafts after them, to be tested by the next forward
     # the pending drafts' logits (B, k - 1, V), q of each drafted token (B, k - 1), and the read-order place
     # they were drawn after (B,): the last position of their context
     q_logits = q_drawn = drawn_after = None
     copies = torch.arange(1, k, device=dev)
-    bar = tqdm(total=B * masked.size(1), disable=not progress, desc='tokens')
+    bar = tqdm(total=count * n, disable=not progress, desc='tokens')
     while (live := decided < total).any():
         m = torch.where(live, decided + drafted - read, 0)  # each row's new slots: 1 (or the prompt), then drafts
         width = int(m.max())  # the new slots of the longest row; the others are padded to it
@@ -449,7 +460,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         targets = torch.cat([targets, torch.where(live.unsqueeze(1), seq.gather(1, (read + m).unsqueeze(1) + copies),
                                                   -1)], 1)
         cache.begin(width + k - 1)
-        P = width - 1 if drafted.any() else 0  # slots that test drafts
+        P = min(width, k) - 1 if drafted.any() else 0  # slots that test drafts (a row reading its prompt tests none)
         out = torch.cat([torch.arange(P, device=dev).expand(B, P), last, width - 1 + copies.expand(B, k - 1)], 1)
         logits = model.forward_slots(x.gather(1, positions.clamp(min=0)), positions, targets, cache,
                                      speculative_mask(cache, m, width, k), out_slots=out)[..., :n_tokens]
@@ -457,7 +468,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         rejected = torch.zeros_like(live)
         if P:
             kept, rejected = verify_drafts(x, seq, logits[:, :P], q_logits[:, :P], q_drawn[:, :P], read, decided,
-                                           drafted, drawn_after, sampling, generator, trace)
+                                           drafted, drawn_after, sampling, generator, report)
         counts = torch.where(live, decided - read + kept, 0)
         cache.commit(counts)
         read += counts
@@ -471,8 +482,8 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         rows, j = (torch.arange(k, device=dev) < drafts.unsqueeze(1)).nonzero(as_tuple=True)
         q = sampling_probs(logits[rows, P + j], sampling)
         tokens = inverse_cdf(q, u[rows, j].unsqueeze(1))
-        if trace is not None:  # draft j is drawn from its law given the decided positions
-            trace(rows, decided[rows] - 1, decided[rows] - 1 + j, q)
+        if report:  # draft j is drawn from its law given the decided positions
+            report(rows, decided[rows] - 1, decided[rows] - 1 + j, q)
         x[rows, seq[rows, decided[rows] + j]] = tokens.squeeze(1)
         drawn = torch.zeros(B, k, dtype=q.dtype, device=dev)
         drawn[rows, j] = q.gather(1, tokens).squeeze(1)
@@ -492,11 +503,27 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
             stats.row_forwards_alone += int(live.sum())
             stats.tests += int((kept + rejected).sum())
             stats.kept += int(kept.sum())
-        bar.update(int((decided - 1 - given.size(1)).sum()) - bar.n)
+        if count > B:  # the rows that finished hand in their samples and start the next ones
+            for r in (live & (decided == total)).nonzero().squeeze(1).tolist():
+                samples[sample_of[r]], orders[sample_of[r]] = x[r], seq[r, 1 + g:total]
+                if next_sample < count:  # on its own prompt (x's known positions are never written); no drafts pending
+                    seq[r, 1 + g:total] = decoding_orders(unknown, 1, order, generator)[0]
+                    read[r], decided[r], cache.lengths[r] = 0, 1 + g, 0
+                    sample_of[r], next_sample = next_sample, next_sample + 1
+        if progress:
+            bar.update((next_sample - B) * n + int((decided - 1 - g).sum()) - bar.n)
     bar.close()
     if stats is not None:
-        stats.tokens += masked.numel()
-    return x, masked
+        stats.tokens += count * n
+    return samples, seq[:, 1 + g:total] if count == B else orders
+
+
+def decoding_orders(unknown, rows, order, generator):
+    """(rows, n): the unknown positions (n,) in each row's decoding order: random, else left to right."""
+    orders = unknown.expand(rows, -1)
+    if order == 'random':
+        orders = orders.gather(1, torch.rand(orders.shape, generator=generator, device=unknown.device).argsort(1))
+    return orders
 
 
 def speculative_mask(cache, m, width, k):
@@ -591,9 +618,14 @@ def generate_many(model, ids, known, count, batch_size, steps, sampling=Sampling
                   **options):
     """count samples (lists of ids) of one prompt, ids with its known positions (lists of T), drawn
     by generate (with its options) in batches of batch_size under ctx (autocast); desc names the
-    progress bar."""
+    progress bar. Speculative decoding draws them in one call of batch_size rows that take turns
+    (speculative's count): other draws than batch by batch, from the same distribution."""
     device = next(model.parameters()).device
     known_mask = torch.tensor(known, device=device)
+    if options.get('speculate'):  # one call, whose rows start the next sample as they finish
+        x = torch.tensor(ids, device=device).repeat(min(batch_size, count), 1)
+        with ctx:
+            return generate(model, x, known_mask, steps, sampling, count=count, **options)[0].tolist()
     rows = []
     for b in tqdm(range(0, count, batch_size), desc=desc, disable=desc is None, leave=False):
         x = torch.tensor(ids, device=device).repeat(min(batch_size, count - b), 1)

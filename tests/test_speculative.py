@@ -50,22 +50,28 @@ def law_given(model, tokens, order, context, target):
         return model.forward_slots(tokens[positions.clamp(min=0)], positions, targets)[0, -1]
 
 
-@pytest.mark.parametrize('order,k,sampling', [('random', 2, Sampling()), ('random', 3, Sampling()),
-                                              ('random', 5, Sampling(top_p=0.9)), ('l2r', 3, Sampling())])
+@pytest.mark.parametrize('order,k,sampling,count', [('random', 2, Sampling(), 6), ('random', 3, Sampling(), 6),
+                                                    ('random', 5, Sampling(top_p=0.9), 6), ('l2r', 3, Sampling(), 6),
+                                                    ('random', 3, Sampling(), 15), ('l2r', 2, Sampling(top_p=0.9), 15)])
 @pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
-def test_every_law_it_uses_is_a_full_forwards(order, k, sampling, kind):
+def test_every_law_it_uses_is_a_full_forwards(order, k, sampling, count, kind):
     """Every distribution speculative decoding treats as exact (a draft's q, a tested draft's p and the q
     its ratio divides by) equals an uncached forward's over the final tokens, at batch 6 with rows keeping
     different numbers of drafts, known positions before, between and after 11 unknown ones, so that later
-    forwards read the cached slots of kept drafts."""
+    forwards read the cached slots of kept drafts; count 15: the rows take turns, each that finishes
+    starting the next sample on its stale cache slots."""
     model = tiny_model(seed=2, **kind).double()
     known = torch.zeros(T, dtype=torch.bool)
     known[[0, 1, 6, 9, 15]] = True
     x = torch.randint(0, 11, (6, T), generator=torch.Generator().manual_seed(0))
+    given = x.clone()
     records, stats = [], Speculation()
     x, decoded = speculative(model, x, known, k, sampling, order=order, generator=torch.Generator().manual_seed(3),
-                             stats=stats, trace=lambda *r: records.append([t.clone() for t in r]))
-    assert 0 < stats.kept < stats.tests and stats.forwards < 11  # drafts kept and rejected, fewer forwards
+                             stats=stats, trace=lambda *r: records.append([t.clone() for t in r]), count=count)
+    assert x.shape == (count, T) and stats.tokens == count * 11
+    assert 0 < stats.kept < stats.tests and stats.forwards < 11 * count / 6  # drafts kept and rejected, fewer forwards
+    assert torch.equal(x[:, known], given[torch.arange(count) % 6][:, known]) or count > 6  # the prompt kept
+    assert all(any(torch.equal(row[known], g[known]) for g in given) for row in x)
     covered = set()
     g = int(known.sum())
     for rows, contexts, targets, probs in records:
@@ -75,7 +81,7 @@ def test_every_law_it_uses_is_a_full_forwards(order, k, sampling, kind):
             expected = sampling_probs(law_given(model, x[b], full, context, target), sampling)
             torch.testing.assert_close(law, expected, rtol=0, atol=1e-12, msg=f'row {b}, {context} -> {target}')
             covered.add((b, target))
-    assert covered == {(b, t) for b in range(6) for t in range(g, T)}  # every decoded token's law was checked
+    assert covered == {(b, t) for b in range(count) for t in range(g, T)}  # every decoded token's law was checked
 
 
 @pytest.mark.parametrize('case', ['overlapping', 'disjoint', 'equal', 'nested'])
@@ -150,8 +156,8 @@ def chi_square(model, known, order, sampling, n_tokens=3, rows=6000, **options):
     x[:, unknown] = completions
     orders = [torch.tensor(o) for o in itertools.permutations(unknown.tolist())] if order == 'random' else [unknown]
     expected = rows * exact_joint(model, x, known, orders, n_tokens, sampling)
-    drawn, _ = generate(model, torch.full((rows, T), 4), known, options.pop('steps', n), sampling, order=order,
-                        generator=torch.Generator().manual_seed(0), n_tokens=n_tokens, **options)
+    drawn, _ = generate(model, torch.full((options.pop('batch', rows), T), 4), known, options.pop('steps', n), sampling,
+                        order=order, generator=torch.Generator().manual_seed(0), n_tokens=n_tokens, count=rows, **options)
     index = (drawn[:, unknown] * n_tokens ** torch.arange(n - 1, -1, -1)).sum(1)
     observed = torch.bincount(index, minlength=completions.size(0)).double()
     possible = expected > 0
@@ -174,8 +180,8 @@ def test_samples_follow_the_exact_joint_of_one_token_per_step(order, sampling, p
     known[:T - 3] = True  # 3 unknown positions of 3 tokens: 27 completions, enumerated
     known[5] = False
     known[T - 1] = True
-    for k in (0, 2, 4):  # 0: one token per step itself
-        chi2, dof = chi_square(model, known, order, sampling, speculate=k)
+    for k, batch in ((0, 6000), (2, 6000), (4, 6000), (3, 40)):  # 0: one token per step; 40 rows taking turns
+        chi2, dof = chi_square(model, known, order, sampling, speculate=k, batch=batch)
         assert chi2 < critical(dof), (k, chi2, dof)
 
 
