@@ -30,7 +30,8 @@ is timed once, after a warm-up, the models taking turns.
 speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`) against one
 token per step, the same samples' distribution: wall time (median round, taking turns as above),
 forwards per token and the share of drafts kept, in random and left-to-right order, at batch 1 and
-batch `batch_size`. How many drafts are kept depends on how much the model's predictions depend on
+batch `batch_size`, 4 batches' worth of samples drawn as gen_ppl.py draws them (speculatively, the
+rows take turns: a row that finishes starts the next sample). How many drafts are kept depends on how much the model's predictions depend on
 each other, so give a trained `checkpoint` (its block size and weights); the bench's random model
 keeps nearly every draft, an upper bound.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
@@ -45,7 +46,7 @@ from checkpoints import token_count
 from common import (at_least, autocast, check_device, check_settings, fail, peak_memory_mb, print_table,
                     read_checkpoint, reset_peak_memory)
 from configurator import configure
-from engine import Engine, Sampling, Speculation, generate, sample_tokens, step_sizes
+from engine import Engine, Sampling, Speculation, generate, generate_many, sample_tokens, step_sizes
 from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
 from training import training_inputs
@@ -316,15 +317,12 @@ def bench_speculation():
         torch.manual_seed(seed)
         model, n_tokens, what = build(sample_block_size).eval(), vocab_size, 'the random model'
     T = model.config.block_size
-    known = torch.zeros(T, dtype=torch.bool, device=device)
 
     def run(order, batch, k, stats=None):
-        """batch samples of T tokens, one token per step (k=0) or speculatively with k drafts per forward."""
-        x = torch.zeros(batch, T, dtype=torch.long, device=device)
-        with autocast(device, dtype):
-            generate(model, x, known, T, order=order, generator=torch.Generator(device).manual_seed(seed),
-                     n_tokens=n_tokens, speculate=k, stats=stats)
-        sync()
+        """4 x batch samples of T tokens in batches of `batch`, as gen_ppl.py draws them (generate_many: with k,
+        the rows take turns), one token per step (k=0) or speculatively with k drafts per forward."""
+        generate_many(model, [0] * T, [False] * T, 4 * batch, batch, T, ctx=autocast(device, dtype), order=order,
+                      generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k, stats=stats)
 
     ks = [int(k) for k in speculate_k.split(',')]
     rows = []
