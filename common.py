@@ -15,7 +15,7 @@ from contextlib import nullcontext
 import torch
 
 from checkpoints import GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, load_checkpoint, weights_read
-from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, check_order
+from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 SAMPLE_DTYPES = ('float64', 'float32')
@@ -276,7 +276,9 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
     schedule='linear',  # 'linear' or 'cosine'
     order='random',  # 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
     confidence='maxprob',  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
-    speculate=0,  # k > 0: one token per step's samples by speculative decoding, up to k drafts per forward
+    # k > 0: one token per step's samples by speculative decoding, up to k drafts per forward; 'auto': the k measured
+    # fastest for the order and batch (engine.AUTO_K, 0 where none pays); None or 0: one token per step
+    speculate=None,
     temperature=1.0,  # 0: greedy
     top_k=None,  # sample from the top_k most likely tokens only
     top_p=1.0,  # nucleus sampling: the smallest set of tokens with this much probability
@@ -311,22 +313,31 @@ def parse_infill(template, marker, encode):
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
     'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
     'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
-    'max_new_tokens': optional_int(1), 'speculate': int_at_least(0),
+    'max_new_tokens': optional_int(1),
+    'speculate': (lambda v: v in (None, 'auto') or (type(v) is int and v >= 0),
+                  "an int >= 0 (drafts per forward) or 'auto'"),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
 }
 TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')
 TOP_P_RULE = (lambda v: 0 < v <= 1, 'in (0, 1]')
 
 
-def check_sampling(settings):
-    """The checks of SAMPLING_RULES, plus the device (MPS has no float64) and the prompt."""
+def check_sampling(settings, batch_size):
+    """The checks of SAMPLING_RULES, plus the device (MPS has no float64) and the prompt; --speculate=auto
+    becomes its k for the order and the rows of a batch (batch_size)."""
     check_settings(settings, SAMPLING_RULES)
+    settings['speculate'] = speculation_k(settings['speculate'], settings['order'], batch_size)
     if settings['start'] and settings['infill']:
         fail('--start and --infill both give the prompt: put the start at the beginning of the infill template '
              '(--infill="ROMEO: [MASK:20]")')
     check_device(settings['device'], settings['dtype'])
     if torch.device(settings['device']).type == 'mps' and settings['sample_dtype'] == 'float64':
         fail('MPS has no float64: use --sample_dtype=float32 there')
+
+
+def speculation_k(k, order, batch_size):
+    """--speculate as the int k it means: 'auto' engine.auto_k's for the order and batch size, None 0."""
+    return auto_k(order, batch_size) if k == 'auto' else k or 0
 
 
 def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):

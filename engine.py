@@ -20,6 +20,9 @@ from tqdm import tqdm
 SCHEDULES = ('linear', 'cosine')
 ORDERS = ('random', 'l2r', 'confidence', 'ancestral')  # which masked positions a step decodes
 SPECULATIVE_ORDERS = ('random', 'l2r')  # the orders speculative decoding can keep exact
+# --speculate=auto: the k that measured fastest on the quick start's checkpoint (docs/sampling.md), for one row and for
+# a batch; left to right no k was faster at batch 16, and none clearly at batch 1, so it decodes one token per step
+AUTO_K = {'random': (8, 4), 'l2r': (0, 0)}
 CONFIDENCES = ('maxprob', 'entropy')
 TOP_P_MODES = ('nucleus', 'authors')
 
@@ -185,6 +188,12 @@ def check_order(model, order, speculate=0):
     if speculate and order not in SPECULATIVE_ORDERS:
         raise ValueError(f"speculative decoding needs the order before decoding starts, and {order!r} chooses it "
                          f"from the predictions: use --order=random or --order=l2r with --speculate")
+
+
+def auto_k(order, batch_size):
+    """--speculate=auto's k for an order and batch size (AUTO_K): 0, one token per step, where none is known to pay."""
+    one, many = AUTO_K.get(order, (0, 0))
+    return one if batch_size == 1 else many
 
 
 def compile_forward(model):

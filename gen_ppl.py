@@ -98,10 +98,10 @@ def grid():
 
 
 def check_inputs():
-    check_sampling(globals())
     at_least_one = int_at_least(1)
     check_settings(globals(), {'num_samples': at_least_one, 'batch_size': at_least_one,
                                'score_batch_size': at_least_one})
+    check_sampling(globals(), min(batch_size, num_samples))
     for key in ('out_json', 'samples_out'):
         path = globals()[key]
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):

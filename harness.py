@@ -60,7 +60,7 @@ from tqdm import tqdm
 from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
                     check_settings, check_steps, default_device, fail, find_checkpoint, int_at_least, load_tokenizer,
-                    one_of, optional_int, read_checkpoint, release_freed_memory)
+                    one_of, optional_int, read_checkpoint, release_freed_memory, speculation_k)
 from configurator import check_key
 from engine import Sampling, generate
 from scoring import (HEAD_COST, encoder_l2r_logprobs, ensemble_logprobs, mixture_logprobs, nelbo_estimates,
@@ -100,6 +100,7 @@ class AOGPTLM(LM):
         if not checkpoint:
             fail('ao-gpt needs a checkpoint: --model_args checkpoint=path/to/ckpt.pt (or hf:owner/repo/file)')
         check_settings(locals(), MODEL_ARG_RULES)
+        speculate = speculation_k(speculate, order, 1)  # a generation request is decoded alone
         device = device or default_device()
         check_device(device, dtype)
         self.max_rows = requests_per_forward(batch_size, max_batch_size)

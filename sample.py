@@ -43,7 +43,7 @@ dtype = default_dtype()
 
 
 def check_inputs():
-    check_sampling(globals())
+    check_sampling(globals(), num_samples)
     check_settings(globals(), {'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE, 'steps': optional_int(1),
                                'num_samples': int_at_least(1)})
 

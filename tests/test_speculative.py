@@ -215,14 +215,18 @@ def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
     out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=1', '--device=cpu', '--speculate=1e12',
                      cwd=workdir)  # capped at the 32 positions to decode
     assert len(samples(out.stdout.split('speculative decoding:')[0])[0]) == 32
+    for order, speculates in (('random', True), ('l2r', False)):  # auto: engine.AUTO_K's k, 0 left to right
+        out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=1', '--device=cpu', f'--order={order}',
+                         '--speculate=auto', cwd=workdir)
+        assert ('speculative decoding:' in out.stdout) == speculates and len(samples(out.stdout)[0]) == 32
     report = tmp_path / 'gen.json'
     run_script('gen_ppl.py', f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--num_samples=4',
-               '--batch_size=2', '--speculate=4', '--temperature=1.0,0', f'--out_json={report}',
+               '--batch_size=2', '--speculate=auto', '--temperature=1.0,0', f'--out_json={report}',
                f'--samples_out={tmp_path / "s.jsonl"}', '--device=cpu', cwd=workdir)
     rows = json.loads(report.read_text())['results']
     for row in rows:
         s = row['speculation']
-        assert row['speculate'] == 4 and s['forwards'] <= 2 * 32 and 1 <= s['tokens_per_forward'] <= 32
+        assert row['speculate'] == engine.AUTO_K['random'][1] and s['forwards'] <= 2 * 32 and 1 <= s['tokens_per_forward'] <= 32
         assert s['tokens_per_forward'] <= s['tokens_per_forward_alone'] and 0 <= s['acceptance'] <= 1
 
 
@@ -230,6 +234,7 @@ def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
     (['--order=confidence'], ('--order=random or --order=l2r', "'confidence'")),
     (['--steps=4'], ('--steps=4 with --speculate', 'drop --steps')),
     (['--speculate=-1'], ('--speculate', 'an int >= 0')),
+    (['--speculate=fast'], ('--speculate', "or 'auto'")),
 ])
 def test_bad_speculation_is_one_line(workdir, char_ckpt, args, parts):
     says(one_line_error('sample.py', f'--out_dir={char_ckpt}', '--device=cpu', '--speculate=2', *args,
