@@ -27,26 +27,29 @@ the number of steps (`sample_steps`) at block `sample_block_size`, random order,
 decoders with their KV cache (about flat in the steps), the encoder with a full forward per step
 (growing with the steps), with the encoder / AO-GPT ratio (the paper's Figure 4). Each generation
 is timed once, after a warm-up, the models taking turns.
-speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`) against one
-token per step, the same samples' distribution: wall time (median round, taking turns as above),
-forwards per token and the share of drafts kept, in random and left-to-right order, at batch 1 and
-batch `batch_size`, 4 batches' worth of samples drawn as gen_ppl.py draws them (speculatively, the
-rows take turns: a row that finishes starts the next sample). How many drafts are kept depends on how much the model's predictions depend on
-each other, so give a trained `checkpoint` (its block size and weights); the bench's random model
-keeps nearly every draft, an upper bound.
+speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`, 'auto' the k
+that --speculate=auto takes) against one token per step, the same samples' distribution: wall time
+(median round, taking turns as above), forwards per token and the share of drafts kept, for each
+top_p of `speculate_top_p`, in random and left-to-right order, at batch 1 and batch `batch_size`, 4
+batches' worth of samples of `speculate_tokens` tokens drawn as gen_ppl.py draws them
+(speculatively, the rows take turns: a row that finishes starts the next sample); on a trained
+`checkpoint` first, then on the bench's random model at block `sample_block_size` (GPT-2's
+vocabulary by default). How many drafts are kept depends on how much the model's predictions depend on
+each other, so a random model's figures say little about a trained one's: give a trained `checkpoint`.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
+import itertools
 import math
 import time
 
 import torch
 
 from checkpoints import token_count
-from common import (at_least, autocast, check_device, check_settings, fail, peak_memory_mb, print_table,
-                    read_checkpoint, reset_peak_memory)
+from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, parse_list, peak_memory_mb,
+                    print_table, read_checkpoint, reset_peak_memory)
 from configurator import configure
-from engine import Engine, Sampling, Speculation, generate, generate_many, sample_tokens, step_sizes
+from engine import Engine, Sampling, Speculation, auto_k, generate, generate_many, sample_tokens, step_sizes
 from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
 from training import training_inputs
@@ -67,8 +70,10 @@ rounds = 5
 run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
-speculate_k = '2,4,8,16'
-checkpoint = ''  # speculate: a trained checkpoint to decode with ('': the bench's random model)
+speculate_k = '2,4,8,16,auto'  # speculate: the k to try ('auto': what --speculate=auto takes)
+speculate_top_p = '1.0,0.9'  # speculate: each top_p to sample with
+speculate_tokens = 256  # speculate: tokens per sample (at most the block)
+checkpoint = ''  # speculate: a trained checkpoint to decode with, before the bench's random model
 # -----------------------------------------------------------------------------
 
 
@@ -79,8 +84,11 @@ def check_inputs():
         'run': (lambda v: v and set(v.split(',')) <= set(BENCHES), f"a comma list of {', '.join(BENCHES)}"),
         'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
                          f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
-        'speculate_k': (lambda v: all(s.isdigit() and int(s) >= 1 for s in v.split(',')), 'a comma list of ints >= 1'),
+        'speculate_k': (lambda v: all(s == 'auto' or (s.isdigit() and int(s) >= 1) for s in v.split(',')),
+                        "a comma list of ints >= 1 and 'auto'"),
+        'speculate_tokens': at_least(1),
     })
+    parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)
@@ -310,35 +318,42 @@ def bench_architectures():
 
 
 def bench_speculation():
+    models = [('the random model', build(sample_block_size).eval(), vocab_size)]
     if checkpoint:
         model, stored = read_checkpoint(checkpoint, device)
-        n_tokens, what = token_count(stored, model.config.vocab_size), checkpoint
-    else:
-        torch.manual_seed(seed)
-        model, n_tokens, what = build(sample_block_size).eval(), vocab_size, 'the random model'
-    T = model.config.block_size
+        models.insert(0, (checkpoint, model, token_count(stored, model.config.vocab_size)))
+    for what, model, n_tokens in models:
+        T = min(speculate_tokens, model.config.block_size)
+        rows = []
+        for top_p, order, batch in itertools.product(map(float, speculate_top_p.split(',')), ('random', 'l2r'),
+                                                     sorted({1, batch_size})):
+            rows += speculation_rows(model, n_tokens, T, Sampling(top_p=top_p), order, batch)
+        print(f'speculative decoding: {what}, {model.get_num_params() / 1e6:.1f}M params, vocabulary {n_tokens:,}, '
+              f'{T} tokens per sample, 4 batches of samples, {device} {dtype}; median of {rounds} rounds; one token '
+              f'per step uses 1 forward per token')
+        print_table(['top_p', 'order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept'], rows)
 
-    def run(order, batch, k, stats=None):
+
+def speculation_rows(model, n_tokens, T, sampling, order, batch):
+    """The table's rows of one setting: each k of speculate_k (auto: engine.auto_k's) against one token per step."""
+    def run(k, stats=None):
         """4 x batch samples of T tokens in batches of `batch`, as gen_ppl.py draws them (generate_many: with k,
         the rows take turns), one token per step (k=0) or speculatively with k drafts per forward."""
-        generate_many(model, [0] * T, [False] * T, 4 * batch, batch, T, ctx=autocast(device, dtype), order=order,
-                      generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k, stats=stats)
+        generate_many(model, [0] * T, [False] * T, 4 * batch, batch, T, sampling, ctx=autocast(device, dtype),
+                      order=order, generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k,
+                      stats=stats)
 
-    ks = [int(k) for k in speculate_k.split(',')]
+    ks = {name: auto_k(order, batch) if name == 'auto' else int(name) for name in speculate_k.split(',')}
+    seconds = median_seconds({k: lambda k=k: run(k) for k in {0, *ks.values()}})
     rows = []
-    for order in ('random', 'l2r'):
-        for batch in sorted({1, batch_size}):
-            seconds = median_seconds({k: lambda k=k: run(order, batch, k) for k in [0] + ks})
-            for k in ks:
-                stats = Speculation()
-                run(order, batch, k, stats)
-                s = stats.summary()
-                rows.append([order, batch, k, f'{seconds[k]:.3f}s', f'{seconds[0] / seconds[k]:.2f}x',
-                             f"{1 / s['tokens_per_forward']:.2f}", f"{1 / s['tokens_per_forward_alone']:.2f}",
-                             f"{100 * s['acceptance']:.0f}%"])
-    print(f'speculative decoding: {what}, {model.get_num_params() / 1e6:.1f}M params, {T} tokens per sample, '
-          f'{device} {dtype}; median of {rounds} rounds; one token per step uses 1 forward per token')
-    print_table(['order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept'], rows)
+    for name, k in ks.items():
+        stats = Speculation()
+        run(k, stats)
+        s = stats.summary() if k else dict(tokens_per_forward=1, tokens_per_forward_alone=1)  # k=0: no drafts
+        rows.append([sampling.top_p, order, batch, f'{name} ({k})' if name == 'auto' else k, f'{seconds[k]:.3f}s',
+                     f'{seconds[0] / seconds[k]:.2f}x', f"{1 / s['tokens_per_forward']:.2f}",
+                     f"{1 / s['tokens_per_forward_alone']:.2f}", f"{100 * s['acceptance']:.0f}%" if k else '-'])
+    return rows
 
 
 BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,

@@ -335,6 +335,22 @@ def check_sampling(settings, batch_size):
         fail('MPS has no float64: use --sample_dtype=float32 there')
 
 
+def parse_list(key, text, cast, rule):
+    """The entries of the comma list `text` of the setting `key`, each cast and checked, or one-line errors."""
+    values = []
+    for entry in str(text).split(','):
+        try:
+            value = cast(entry.strip())
+        except ValueError:
+            fail(f"--{key} takes a comma list of {'ints' if cast is int else 'numbers'} such as "
+                 f"{'64,128' if cast is int else '1.0,0.7'}; {entry.strip()!r} is not one")
+        test, what = rule
+        if not test(value):
+            fail(f'--{key} entries must be {what}, got {value!r}')
+        values.append(value)
+    return values
+
+
 def speculation_k(k, order, batch_size):
     """--speculate as the int k it means: 'auto' engine.auto_k's for the order and batch size, None 0."""
     return auto_k(order, batch_size) if k == 'auto' else k or 0

@@ -43,7 +43,7 @@ import torch
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
-                    int_at_least, load_tokenizer, print_table, prompt_tokens, read_checkpoint, read_jsonl,
+                    int_at_least, load_tokenizer, parse_list, print_table, prompt_tokens, read_checkpoint, read_jsonl,
                     sampling_options, same_vocab)
 from configurator import configure
 from engine import Speculation, compile_forward, generate_many
@@ -67,22 +67,6 @@ dtype = default_dtype()  # autocast dtype of the sampler; scoring is float32
 # -----------------------------------------------------------------------------
 SETTINGS = ('checkpoint', 'steps', 'temperature', 'top_p', 'top_k', 'top_p_mode', 'schedule', 'order',
             'confidence', 'speculate', 'sample_dtype', 'seed')  # what makes samples belong to one row of the table
-
-
-def parse_list(key, text, cast, rule):
-    """The entries of the comma list `text` of the setting `key`, each cast and checked, or one-line errors."""
-    values = []
-    for entry in str(text).split(','):
-        try:
-            value = cast(entry.strip())
-        except ValueError:
-            fail(f"--{key} takes a comma list of {'ints' if cast is int else 'numbers'} such as "
-                 f"{'64,128' if cast is int else '1.0,0.7'}; {entry.strip()!r} is not one")
-        test, what = rule
-        if not test(value):
-            fail(f'--{key} entries must be {what}, got {value!r}')
-        values.append(value)
-    return values
 
 
 def grid():

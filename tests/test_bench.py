@@ -16,12 +16,17 @@ def test_arch_compares_the_three_architectures(tmp_path, one_thread):
 def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
     out = run_script('bench.py', '--run=speculate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--batch_size=2', '--vocab_size=50', '--sample_block_size=32', '--sample_steps=4',
-                     '--speculate_k=2,8', cwd=tmp_path).stdout
+                     '--speculate_k=2,8,auto', '--speculate_tokens=24', cwd=tmp_path).stdout
     lines = out.splitlines()
-    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith('order')) + 1:]]
-    assert [(r[0], r[1], r[2]) for r in rows] == [(o, b, k) for o in ('random', 'l2r') for b in '12' for k in '28']
-    for r in rows:  # speedup, forwards per token in the batch and alone, drafts kept
-        assert r[4].endswith('x') and 0 < float(r[6]) <= float(r[5]) <= 1 and r[7].endswith('%')
+    assert '24 tokens per sample' in out
+    rows = [line.replace('auto (', 'auto(').split()
+            for line in lines[next(i for i, line in enumerate(lines) if line.startswith('top_p')) + 1:]]
+    auto = {('random', '1'): 'auto(8)', ('random', '2'): 'auto(4)', ('l2r', '1'): 'auto(0)', ('l2r', '2'): 'auto(0)'}
+    assert [tuple(r[:4]) for r in rows] == [(p, o, b, k) for p in ('1.0', '0.9') for o in ('random', 'l2r')
+                                            for b in '12' for k in ('2', '8', auto[o, b])]
+    for r in rows:  # speedup, forwards per token in the batch and alone, drafts kept (none tested at k=0)
+        assert r[5].endswith('x') and 0 < float(r[7]) <= float(r[6]) <= 1 and (r[8].endswith('%') or r[8] == '-')
+        assert (r[3] == 'auto(0)') == (r[6] == '1.00' and r[8] == '-')
 
 
 def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
