@@ -446,6 +446,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     seq = torch.cat([none, given, decoding_orders(unknown, B, order, generator), none.expand(B, spare)], 1)
     samples, orders = (x, None) if count == B else (x.new_empty(count, T), x.new_empty(count, n))
     sample_of, next_sample = torch.arange(B, device=dev), B  # the sample each row draws; the next one to start
+    forwards, work = 0, torch.zeros(3, dtype=torch.long, device=dev)  # rows live, drafts tested and kept, summed
     report = trace and (lambda rows, *law: trace(sample_of[rows], *law))
     cache = RowCache(model.config, B, total + spare, *cache_place(model))
     read = torch.zeros(B, dtype=torch.long, device=dev)  # slots of seq in the cache
@@ -506,12 +507,8 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
             q_logits, q_drawn, drawn_after = logits[:, 1:], drawn[:, 1:], decided - 1
         decided += draft
         drafted = torch.where(draft, (drafts - 1).clamp(min=0), survivors)
-        if stats is not None:
-            stats.forwards += 1
-            stats.row_forwards += B
-            stats.row_forwards_alone += int(live.sum())
-            stats.tests += int((kept + rejected).sum())
-            stats.kept += int(kept.sum())
+        forwards += 1
+        work += torch.stack([live.sum(), (kept + rejected).sum(), kept.sum()])  # on the device: no sync
         if count > B:  # the rows that finished hand in their samples and start the next ones
             for r in (live & (decided == total)).nonzero().squeeze(1).tolist():
                 samples[sample_of[r]], orders[sample_of[r]] = x[r], seq[r, 1 + g:total]
@@ -523,6 +520,12 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
             bar.update((next_sample - B) * n + int((decided - 1 - g).sum()) - bar.n)
     bar.close()
     if stats is not None:
+        stats.forwards += forwards
+        stats.row_forwards += forwards * B
+        alone, tested, passed = work.tolist()
+        stats.row_forwards_alone += alone
+        stats.tests += tested
+        stats.kept += passed
         stats.tokens += count * n
     return samples, seq[:, 1 + g:total] if count == B else orders
 
