@@ -33,8 +33,8 @@ that --speculate=auto takes) against one token per step, the same samples' distr
 top_p of `speculate_top_p`, in random and left-to-right order, at batch 1 and batch `batch_size`, 4
 batches' worth of samples of `speculate_tokens` tokens drawn as gen_ppl.py draws them
 (speculatively, the rows take turns: a row that finishes starts the next sample); on a trained
-`checkpoint` first, then on the bench's random model at block `sample_block_size` (GPT-2's
-vocabulary by default). How many drafts are kept depends on how much the model's predictions depend on
+`checkpoint` first, then (unless --speculate_random=False) on the bench's random model at block
+`sample_block_size` (GPT-2's vocabulary by default). How many drafts are kept depends on how much the model's predictions depend on
 each other, so a random model's figures say little about a trained one's: give a trained `checkpoint`.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
@@ -74,6 +74,7 @@ speculate_k = '2,4,8,16,auto'  # speculate: the k to try ('auto': what --specula
 speculate_top_p = '1.0,0.9'  # speculate: each top_p to sample with
 speculate_tokens = 256  # speculate: tokens per sample (at most the block)
 checkpoint = ''  # speculate: a trained checkpoint to decode with, before the bench's random model
+speculate_random = True  # speculate: the bench's random model too (False: the checkpoint only)
 # -----------------------------------------------------------------------------
 
 
@@ -89,6 +90,8 @@ def check_inputs():
         'speculate_tokens': at_least(1),
     })
     parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
+    if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
+        fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)
@@ -318,7 +321,7 @@ def bench_architectures():
 
 
 def bench_speculation():
-    models = [('the random model', build(sample_block_size).eval(), vocab_size)]
+    models = [('the random model', build(sample_block_size).eval(), vocab_size)] if speculate_random else []
     if checkpoint:
         model, stored = read_checkpoint(checkpoint, device)
         models.insert(0, (checkpoint, model, token_count(stored, model.config.vocab_size)))
@@ -343,7 +346,7 @@ def speculation_rows(model, n_tokens, T, sampling, order, batch):
                       order=order, generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k,
                       stats=stats)
 
-    ks = {name: auto_k(order, batch) if name == 'auto' else int(name) for name in speculate_k.split(',')}
+    ks = {name: auto_k(model, order, batch) if name == 'auto' else int(name) for name in speculate_k.split(',')}
     seconds = median_seconds({k: lambda k=k: run(k) for k in {0, *ks.values()}})
     rows = []
     for name, k in ks.items():

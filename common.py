@@ -277,7 +277,7 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
     order='random',  # 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
     confidence='maxprob',  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
     # k > 0: one token per step's samples by speculative decoding, up to k drafts per forward; 'auto': the k measured
-    # fastest for the order and batch (engine.AUTO_K, 0 where none pays); None or 0: one token per step
+    # fastest for the order, batch and vocabulary (engine.auto_k, 0 where none pays); None or 0: one token per step
     speculate=None,
     temperature=1.0,  # 0: greedy
     top_k=None,  # sample from the top_k most likely tokens only
@@ -322,11 +322,9 @@ TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')
 TOP_P_RULE = (lambda v: 0 < v <= 1, 'in (0, 1]')
 
 
-def check_sampling(settings, batch_size):
-    """The checks of SAMPLING_RULES, plus the device (MPS has no float64) and the prompt; --speculate=auto
-    becomes its k for the order and the rows of a batch (batch_size)."""
+def check_sampling(settings):
+    """The checks of SAMPLING_RULES, plus the device (MPS has no float64) and the prompt."""
     check_settings(settings, SAMPLING_RULES)
-    settings['speculate'] = speculation_k(settings['speculate'], settings['order'], batch_size)
     if settings['start'] and settings['infill']:
         fail('--start and --infill both give the prompt: put the start at the beginning of the infill template '
              '(--infill="ROMEO: [MASK:20]")')
@@ -351,9 +349,10 @@ def parse_list(key, text, cast, rule):
     return values
 
 
-def speculation_k(k, order, batch_size):
-    """--speculate as the int k it means: 'auto' engine.auto_k's for the order and batch size, None 0."""
-    return auto_k(order, batch_size) if k == 'auto' else k or 0
+def speculation_k(k, model, order, batch_size):
+    """--speculate as the int k it means for a model: 'auto' engine.auto_k's for the order and the rows of a batch
+    (batch_size), None 0."""
+    return auto_k(model, order, batch_size) if k == 'auto' else k or 0
 
 
 def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):

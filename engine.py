@@ -20,9 +20,13 @@ from tqdm import tqdm
 SCHEDULES = ('linear', 'cosine')
 ORDERS = ('random', 'l2r', 'confidence', 'ancestral')  # which masked positions a step decodes
 SPECULATIVE_ORDERS = ('random', 'l2r')  # the orders speculative decoding can keep exact
-# --speculate=auto: the k that measured fastest on the quick start's checkpoint (docs/sampling.md), for one row and for
-# a batch; left to right no k was faster at batch 16, and none clearly at batch 1, so it decodes one token per step
+# --speculate=auto: the k that measured fastest on the CPU (docs/sampling.md), for one row and for a batch; left to
+# right no k was faster at batch 16, and none clearly at batch 1, so it decodes one token per step
 AUTO_K = {'random': (8, 4), 'l2r': (0, 0)}
+# ... and a batch speculates only with a small vocabulary: each draft costs it a row of the output layer, which paid
+# at 65 characters (1.2 to 1.8x at batch 16) and at GPT-2's 50,304 tokens made every k slower (0.24 to 0.95x);
+# between the two it is unmeasured
+AUTO_BATCH_VOCAB = 1024
 CONFIDENCES = ('maxprob', 'entropy')
 TOP_P_MODES = ('nucleus', 'authors')
 
@@ -190,9 +194,12 @@ def check_order(model, order, speculate=0):
                          f"from the predictions: use --order=random or --order=l2r with --speculate")
 
 
-def auto_k(order, batch_size):
-    """--speculate=auto's k for an order and batch size (AUTO_K): 0, one token per step, where none is known to pay."""
+def auto_k(model, order, batch_size):
+    """--speculate=auto's k for a model, order and batch size (AUTO_K): 0, one token per step, where none is known
+    to pay or speculation does not apply (the encoder, order=confidence)."""
     one, many = AUTO_K.get(order, (0, 0))
+    if model.config.is_encoder or (batch_size > 1 and model.config.vocab_size > AUTO_BATCH_VOCAB):
+        return 0
     return one if batch_size == 1 else many
 
 

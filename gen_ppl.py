@@ -44,7 +44,7 @@ from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
                     int_at_least, load_tokenizer, parse_list, print_table, prompt_tokens, read_checkpoint, read_jsonl,
-                    sampling_options, same_vocab)
+                    sampling_options, same_vocab, speculation_k)
 from configurator import configure
 from engine import Speculation, compile_forward, generate_many
 from scoring import load_scorer, score_samples, summarize
@@ -85,7 +85,7 @@ def check_inputs():
     at_least_one = int_at_least(1)
     check_settings(globals(), {'num_samples': at_least_one, 'batch_size': at_least_one,
                                'score_batch_size': at_least_one})
-    check_sampling(globals(), min(batch_size, num_samples))
+    check_sampling(globals())
     for key in ('out_json', 'samples_out'):
         path = globals()[key]
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -172,6 +172,7 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
 
 
 def main():
+    global speculate
     points = None if samples else grid()
     check_inputs()
     if samples:
@@ -180,6 +181,7 @@ def main():
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
+        speculate = speculation_k(speculate, model, order, min(batch_size, num_samples))  # 'auto': the k recorded
         check_decoding(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)

@@ -100,7 +100,6 @@ class AOGPTLM(LM):
         if not checkpoint:
             fail('ao-gpt needs a checkpoint: --model_args checkpoint=path/to/ckpt.pt (or hf:owner/repo/file)')
         check_settings(locals(), MODEL_ARG_RULES)
-        speculate = speculation_k(speculate, order, 1)  # a generation request is decoded alone
         device = device or default_device()
         check_device(device, dtype)
         self.max_rows = requests_per_forward(batch_size, max_batch_size)
@@ -111,6 +110,7 @@ class AOGPTLM(LM):
             fail('the encoder reads its context as a set, in no order, so it has no context-order ensemble: ensemble=1')
         if not self.encoder and score == 'nelbo':
             fail("score=nelbo is the encoder's bound; a decoder's log-likelihood is exact: score=l2r")
+        speculate = speculation_k(speculate, self.model, order, 1)  # a generation request is decoded alone
         check_decoding(order, self.model, speculate)
         vocab_size, self.block_size = self.model.config.vocab_size, self.model.config.block_size
         self.encode, self.decode = load_tokenizer(ckpt, vocab_size)

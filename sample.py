@@ -30,7 +30,7 @@ import torch
 from checkpoints import token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, find_checkpoint, int_at_least,
-                    load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options)
+                    load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options, speculation_k)
 from configurator import configure
 from engine import Speculation, compile_forward, generate
 
@@ -43,14 +43,16 @@ dtype = default_dtype()
 
 
 def check_inputs():
-    check_sampling(globals(), num_samples)
+    check_sampling(globals())
     check_settings(globals(), {'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE, 'steps': optional_int(1),
                                'num_samples': int_at_least(1)})
 
 
 def main():
+    global speculate
     check_inputs()
     model, checkpoint = read_checkpoint(find_checkpoint(init_from, out_dir), device, use_ema)
+    speculate = speculation_k(speculate, model, order, num_samples)
     check_decoding(order, model, speculate)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)

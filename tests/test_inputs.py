@@ -246,6 +246,7 @@ BENCH = [
     (['--run=train,speed'], ('--run', 'train, eval, sample')),
     (['--sample_steps=0'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--sample_steps=64,2048'], ('--sample_steps', 'from 1 to sample_block_size')),
+    (['--run=speculate', '--speculate_random=False'], ('--speculate_random=False', 'give it a --checkpoint')),
 ]
 
 

@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -228,6 +229,16 @@ def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
         s = row['speculation']
         assert row['speculate'] == engine.AUTO_K['random'][1] and s['forwards'] <= 2 * 32 and 1 <= s['tokens_per_forward'] <= 32
         assert s['tokens_per_forward'] <= s['tokens_per_forward_alone'] and 0 <= s['acceptance'] <= 1
+
+
+@pytest.mark.parametrize('order,batch,vocab,encoder,k', [
+    ('random', 1, 65, False, engine.AUTO_K['random'][0]), ('random', 16, 65, False, engine.AUTO_K['random'][1]),
+    ('random', 1, 50304, False, engine.AUTO_K['random'][0]),
+    ('random', 16, 50304, False, 0),  # a batch's drafts cost it rows of a 50k output layer: slower on the CPU
+    ('l2r', 1, 65, False, 0), ('confidence', 1, 65, False, 0), ('random', 1, 65, True, 0)])
+def test_auto_k_by_order_batch_and_vocabulary(order, batch, vocab, encoder, k):
+    model = SimpleNamespace(config=SimpleNamespace(vocab_size=vocab, is_encoder=encoder))
+    assert engine.auto_k(model, order, batch) == k
 
 
 @pytest.mark.parametrize('args,parts', [
