@@ -34,8 +34,9 @@ def fail(message):
     raise SystemExit(f'error: {message}' if rank() == 0 else 1)
 
 
-def check_settings(namespace, rules):
-    """Fail with one line on the first setting that breaks its rule; rules: {key: (test, what)}."""
+def check_settings(namespace, rules, flag='--{}'):
+    """Fail with one line on the first setting that breaks its rule; rules: {key: (test, what)}; flag names a
+    setting as its user wrote it (a script's --key, the harness's model_args)."""
     for key, (test, what) in rules.items():
         value = namespace[key]
         try:
@@ -43,7 +44,7 @@ def check_settings(namespace, rules):
         except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
             ok = False
         if not ok:
-            fail(f'--{key} must be {what}, got {value!r}')
+            fail(f'{flag.format(key)} must be {what}, got {value!r}')
 
 
 def at_least(low):

@@ -119,12 +119,12 @@ def check_key(key, keys, where=''):
     fail(f"unknown config key '{key}'{where} ({hint})")
 
 
-def parse_text(key, text, default):
-    """Turn command-line text into a value of the same type as the default."""
+def parse_text(key, text, default, flag='--{}'):
+    """Turn command-line text into a value of the same type as the default; flag names the setting in an error."""
     if isinstance(default, bool):  # before int: bool is a subclass of int
         word = text.lower()
         if word not in TRUE_WORDS | FALSE_WORDS:
-            fail(f'--{key} expects a bool (true/false), got {text!r}')
+            fail(f'{flag.format(key)} expects a bool (true/false), got {text!r}')
         return word in TRUE_WORDS
     if isinstance(default, int):
         try:
@@ -136,7 +136,7 @@ def parse_text(key, text, default):
         except ValueError:
             number = None
         if not isinstance(number, int):
-            fail(f'--{key} expects an int, got {text!r}')
+            fail(f'{flag.format(key)} expects an int, got {text!r}')
         return number
     if isinstance(default, float):
         try:
@@ -144,7 +144,7 @@ def parse_text(key, text, default):
         except ValueError:
             number = math.nan
         if not math.isfinite(number):
-            fail(f'--{key} expects a finite float, got {text!r}')
+            fail(f'{flag.format(key)} expects a finite float, got {text!r}')
         return number
     if isinstance(default, str):
         return text

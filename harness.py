@@ -14,32 +14,37 @@ seed; for generation order, steps, temperature, top_p, top_k, speculate, max_gen
 defaults a task's gen_kwargs override).
 
 Text in, text out with the checkpoint's own tokenizer. A text holding characters outside a char
-model's vocabulary is impossible: log-likelihood -inf (is_greedy False; generation gives ''), with
-one warning naming the characters.
+model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
+generation gives ''), with one warning naming the characters. model_args given as text are read by
+their defaults' types, as sample.py reads its flags (use_ema=no is False).
 
-- loglikelihood(context, continuation): the text is encoded whole and split where the context's
-  own tokens end (trailing spaces of the context go to the continuation, the harness's rule), cut
+- loglikelihood(context, continuation): split into tokens as lm-eval's own models split it
+  (encode_pair: the context's trailing spaces go to the continuation, the context is encoded alone,
+  the continuation is what the whole text holds after as many tokens; none left is refused), cut
   from the left to block_size as the harness's HF model cuts it, and the continuation is scored
-  left to right. A decoder's start slot predicts the first token, so an empty context needs no
-  BOS. ensemble=8: each continuation token's log-prob is the mixture over 8 readings of its
-  context, eval_ppl.py's ensemble in the left-to-right order: member 1 reads the prefix left to
-  right, the other members in random orders (scoring.random_context_orders, seeded per request by its
-  place c in the call, hash((seed, c)), as eval_ppl.py seeds chunk c). is_greedy is always the
-  left-to-right distribution's argmax (member 1): the members give only the log-prob of the
-  token read, not their whole distributions.
+  left to right; a continuation longer than block_size is impossible (-inf, one warning). A
+  decoder's start slot predicts the first token, so an empty context needs no BOS. ensemble=8:
+  each continuation token's log-prob is the mixture over 8 readings of its context, eval_ppl.py's
+  ensemble in the left-to-right order: member 1 reads the prefix left to right, the other members
+  in random orders (scoring.random_context_orders, seeded by the request's tokens: content_seed, so
+  a request's score does not depend on its neighbours). is_greedy is always the left-to-right
+  distribution's argmax (member 1): the members give only the log-prob of the token read, not
+  their whole distributions, so LAMBADA's accuracy is the left-to-right one even where its
+  perplexity is the ensemble's.
 - The encoder (architecture=encoder): its exact left-to-right log-probs (scoring.encoder_l2r_logprobs),
   which read every position of the text: one forward of n slots per token, n per request of n
   tokens (context and continuation), O(n^2); is_greedy by greedy left-to-right decoding of the
   continuation (engine.generate), one forward per continuation token. score=nelbo:
   loglikelihood_rolling gives minus its NELBO instead, a lower bound on the log-likelihood (the
   perplexities are then upper bounds), of the text cut into disjoint block_size chunks;
-  loglikelihood refuses it (the NELBO bounds whole texts only).
+  loglikelihood refuses it (the NELBO bounds whole texts only); its masks are seeded by the chunk's tokens.
 - loglikelihood_rolling: the harness's windows (lm_eval.utils.get_rolling_token_windows with one token
   of context, then make_disjoint_window), scored as loglikelihood scores a request (ensembles
   included), with the start slot as the prefix token. Every forward reads the start slot first and
   it holds no token, so a window predicts block_size - 1 tokens: the first from the start slot
   alone, each later one after its token of context, block_size tokens in all.
-- generate_until: the prompt (cut from the left to leave max_gen_toks) as known tokens, the
+- generate_until: the prompt (cut from the left to leave max_gen_toks, which must be below
+  block_size, as lm-eval's models require) as known tokens, the
   continuation decoded by engine.generate (order, steps, temperature, top_p, top_k, speculate),
   then cut at the first stop string (and GPT-2's end-of-text for a BPE model): an any-order decoder
   fills every position, so it decodes all max_gen_toks (what fits in block_size) before cutting. One
@@ -48,7 +53,9 @@ one warning naming the characters.
 Requests are scored longest first in batches under max_tokens (slots, plus scoring.HEAD_COST per
 slot through the head), keeping only each request's result: memory is flat in their number.
 """
+import hashlib
 import inspect
+import json
 import logging
 import math
 
@@ -61,7 +68,7 @@ from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
                     check_settings, check_steps, default_device, fail, find_checkpoint, int_at_least, load_tokenizer,
                     one_of, optional_int, read_checkpoint, release_freed_memory, speculation_k)
-from configurator import check_key
+from configurator import check_key, parse_text
 from engine import Sampling, generate
 from scoring import (HEAD_COST, encoder_l2r_logprobs, ensemble_logprobs, mixture_logprobs, nelbo_estimates,
                      random_context_orders)
@@ -88,6 +95,8 @@ MODEL_ARG_RULES = {
     **{k: SAMPLING_RULES[k] for k in ('order', 'top_k', 'speculate')},
 }
 
+GEN_RULES = {k: MODEL_ARG_RULES[k] for k in ('temperature', 'top_p', 'top_k', 'max_gen_toks')}
+
 
 @register_model('ao-gpt')
 class AOGPTLM(LM):
@@ -99,7 +108,7 @@ class AOGPTLM(LM):
             check_key(key, self.settings(), where=' in model_args')
         if not checkpoint:
             fail('ao-gpt needs a checkpoint: --model_args checkpoint=path/to/ckpt.pt (or hf:owner/repo/file)')
-        check_settings(locals(), MODEL_ARG_RULES)
+        check_settings(locals(), MODEL_ARG_RULES, flag='{} in model_args')
         device = device or default_device()
         check_device(device, dtype)
         self.max_rows = requests_per_forward(batch_size, max_batch_size)
@@ -134,9 +143,13 @@ class AOGPTLM(LM):
     @classmethod
     def create_from_arg_obj(cls, arg_dict, additional_config=None):
         """The harness's batch_size, max_batch_size and device where model_args do not set them (its
-        command line always passes a device)."""
+        command line always passes a device); a model_arg whose default is a bool or a number is read as
+        sample.py reads its flags (use_ema=no is False, use_ema=perhaps an error)."""
         harness = {k: v for k, v in (additional_config or {}).items() if v is not None}
-        return cls(**(harness | arg_dict))
+        defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
+        typed = {k: parse_text(k, str(v), defaults[k], flag='{} in model_args')
+                 if isinstance(defaults.get(k), (bool, int, float)) else v for k, v in arg_dict.items()}
+        return cls(**(harness | typed))
 
     @classmethod
     def create_from_arg_string(cls, arg_string, additional_config=None):
@@ -150,8 +163,9 @@ class AOGPTLM(LM):
         if self.score == 'nelbo':
             fail('score=nelbo bounds whole texts (loglikelihood_rolling, the perplexity tasks), not a continuation '
                  'given a context: score=l2r')
-        readable = self.readable([context + continuation for context, continuation in (r.args for r in requests)])
-        pairs = [self.split_pair(*r.args) if ok else None for ok, r in zip(readable, requests)]
+        args = [(self.read_context(*r.args), r.args[1]) for r in requests]
+        readable = self.readable([context + continuation for context, continuation in args])
+        pairs = [encode_pair(self.encode, *pair) if ok else None for ok, pair in zip(readable, args)]
         results = self.score_pairs(pairs, 'ao-gpt loglikelihood')
         for request, result in zip(requests, results):
             self.cache_hook.add_partial('loglikelihood', request.args, result)
@@ -198,14 +212,12 @@ class AOGPTLM(LM):
             self.reported |= new
         return [not u for u in unknown]
 
-    def split_pair(self, context, continuation):
-        """(context tokens, continuation tokens): the text encoded whole, split where the context's own tokens
-        end; trailing spaces of the context go to the continuation, as the harness's HF model does."""
-        spaces = len(context) - len(context.rstrip())
-        if spaces:
-            context, continuation = context[:-spaces], context[-spaces:] + continuation
-        whole, n = self.encode(context + continuation), len(self.encode(context))
-        return whole[:n], whole[n:]
+    def read_context(self, context, continuation):
+        """The context a forward reads: a char model's (one token a character) cut to the characters the block keeps
+        before the continuation, so that those it drops cannot make the pair impossible."""
+        if self.vocab == 'gpt2':
+            return context
+        return context[max(0, len(context) - max(0, self.block_size - len(continuation))):]
 
     def windows(self, tokens):
         """The harness's rolling windows as (context, continuation) pairs; see the module docstring."""
@@ -218,7 +230,13 @@ class AOGPTLM(LM):
     def score_pairs(self, pairs, desc):
         """(log p(continuation | context), is_greedy) of each (context, continuation) token pair; None is impossible."""
         results = [(-math.inf, False)] * len(pairs)
-        rows = [(c, *self.fit(*pair)) for c, pair in enumerate(pairs) if pair is not None]
+        long = sum(pair is not None and len(pair[1]) > self.block_size for pair in pairs)
+        if long:
+            log.warning(f'ao-gpt: {long} of {len(pairs)} continuations are longer than block_size {self.block_size}, '
+                        f'so no forward reads them whole: scored as impossible (log-likelihood -inf)')
+        rows = [(c, (context + continuation)[-self.block_size:], len(continuation))
+                for c, (context, continuation) in enumerate(pair or ([], []) for pair in pairs)
+                if 0 < len(continuation) <= self.block_size]
         bar = tqdm(total=len(rows), desc=desc)
         for batch in self.batches(rows):
             if self.encoder:
@@ -226,20 +244,13 @@ class AOGPTLM(LM):
             else:
                 scored = self.l2r(batch)
                 if self.ensemble > 1:
-                    scored = [(self.ensemble_logprob(c, x, n), greedy) for (c, x, n), (_, greedy) in zip(batch, scored)]
+                    scored = [(self.ensemble_logprob(x, n), greedy) for (_, x, n), (_, greedy) in zip(batch, scored)]
             for (c, _, _), result in zip(batch, scored):
                 results[c] = result
             bar.update(len(batch))
             release_freed_memory()
         bar.close()
         return results
-
-    def fit(self, context, continuation):
-        """(tokens, how many of the last are scored): the context cut from the left to fit block_size."""
-        n = len(continuation)
-        if n > self.block_size:
-            fail(f'a continuation of {n} tokens does not fit in block_size {self.block_size}')
-        return (context + continuation)[-self.block_size:], n
 
     def batches(self, rows):
         """Rows (c, tokens, n), longest first, grouped under max_tokens: a batch's rows are padded to its
@@ -273,12 +284,12 @@ class AOGPTLM(LM):
         greedy = (logits.argmax(-1) == wanted).cpu()
         return [(logp[b, q - n:].sum().item(), bool(greedy[b, q - n:].all())) for b, (_, _, n) in enumerate(batch)]
 
-    def ensemble_logprob(self, c, x, n):
+    def ensemble_logprob(self, x, n):
         """The log of the ensemble's mean probability of each of the last n tokens of x, summed: the members
-        read each token's prefix in the orders of eval_ppl.py's ensemble (seeded by c), only the scored
-        tokens' orders are queried."""
+        read each token's prefix in the orders of eval_ppl.py's ensemble (seeded by x's content), only the
+        scored tokens' orders are queried."""
         identity = torch.arange(len(x))
-        orders = random_context_orders(identity, self.ensemble - 1, hash((self.seed, c)))
+        orders = random_context_orders(identity, self.ensemble - 1, content_seed(self.seed, x))
         scored = lambda i: orders(i) if i >= len(x) - n else torch.empty(0, i, dtype=torch.long)
         with self.ctx:
             members = ensemble_logprobs(self.model, torch.tensor(x, device=self.device), identity.to(self.device),
@@ -297,9 +308,10 @@ class AOGPTLM(LM):
     def nelbo_bounds(self, chunks):
         """Minus the encoder's NELBO of each chunk of tokens, a lower bound on its log-likelihood."""
         bounds = []
-        for c, chunk in enumerate(tqdm(chunks, desc='ao-gpt NELBO')):
+        for chunk in tqdm(chunks, desc='ao-gpt NELBO'):
             x = torch.tensor([chunk])
-            nelbo = nelbo_estimates(self.model, x, self.mc_samples, self.max_tokens, hash((self.seed, c)), self.ctx)
+            nelbo = nelbo_estimates(self.model, x, self.mc_samples, self.max_tokens, content_seed(self.seed, chunk),
+                                    self.ctx)
             bounds.append(-nelbo.item() * x.size(1))
         return bounds
 
@@ -308,12 +320,11 @@ class AOGPTLM(LM):
 
     def continue_text(self, c, context, gen_kwargs):
         """The text request c's context goes on with (see the module docstring)."""
-        until, max_gen_toks, sampling = self.generation(gen_kwargs)
-        if not self.readable([context])[0]:
+        until, new, sampling = self.generation(gen_kwargs)
+        room = self.block_size - new
+        if not self.readable([context[-room:]])[0]:  # a char model reads the characters the block keeps
             return ''
-        prompt = self.encode(context)
-        new = min(max_gen_toks, self.block_size)
-        prompt = prompt[max(0, len(prompt) + new - self.block_size):]
+        prompt = self.encode(context)[-room:]
         x = torch.tensor([prompt + [0] * new], device=self.device)
         known = torch.arange(x.size(1), device=self.device) < len(prompt)
         steps = check_steps(self.steps, new, self.order, self.speculate)
@@ -334,7 +345,35 @@ class AOGPTLM(LM):
         sampling = self.sampling | {k: gen_kwargs[k] for k in self.sampling if gen_kwargs.get(k) is not None}
         if gen_kwargs.get('do_sample') is False:
             sampling['temperature'] = 0.0
-        return until, gen_kwargs.get('max_gen_toks') or self.max_gen_toks, Sampling(**sampling)
+        max_gen_toks = gen_kwargs.get('max_gen_toks') or self.max_gen_toks
+        check_settings(sampling | {'max_gen_toks': max_gen_toks}, GEN_RULES, flag='{} in gen_kwargs')
+        if max_gen_toks >= self.block_size:
+            fail(f"max_gen_toks {max_gen_toks} leaves the prompt no room in block_size {self.block_size}, which "
+                 f"lm-eval's own models refuse too: set max_gen_toks below {self.block_size} in model_args (or in the "
+                 f"task's generation_kwargs, where it sets one)")
+        return until, max_gen_toks, Sampling(**sampling)
+
+
+def encode_pair(encode, context, continuation):
+    """(context tokens, continuation tokens) as lm-eval's own models split a pair (TemplateLM._encode_pair): the
+    context's trailing spaces move to the continuation, the context is encoded alone, and the continuation's tokens
+    are the whole text's after as many; one line if none is left (a BPE merge across the boundary: '4' + '2')."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    context_ids = encode(context)
+    continuation_ids = encode(context + continuation)[len(context_ids):]
+    if not continuation_ids:
+        fail(f'the continuation {continuation!r} after {context[-30:]!r} has no tokens of its own (empty, or merged '
+             f'into the context\'s last token), which lm-eval\'s own models refuse too: drop the request')
+    return context_ids, continuation_ids
+
+
+def content_seed(seed, tokens):
+    """A seed from the seed setting and a request's tokens, so a request gets the same random orders (or masks)
+    wherever it falls in a call, whatever its neighbours."""
+    digest = hashlib.sha256(json.dumps([seed, tokens]).encode()).digest()
+    return int.from_bytes(digest[:8], 'little')
 
 
 def requests_per_forward(batch_size, max_batch_size):

@@ -10,17 +10,20 @@ import random
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.nn import functional as F
 
+from common import gpt2_encoding
 from conftest import ROOT, needs, one_line_error, run_script, says
 from scoring import nelbo_estimates, random_context_orders
 
 try:
     import harness
     from lm_eval.api.instance import Instance
+    from lm_eval.api.model import TemplateLM
 except ImportError:
     harness = None
 pytestmark = [pytest.mark.usefixtures('one_thread'),
@@ -79,11 +82,18 @@ def greedy_tokens(model, ids, n):
     return x[len(ids):]
 
 
+def lm_eval_pair(encode, context, continuation):
+    """lm-eval's own split of a pair into tokens (TemplateLM._encode_pair of a causal model); an empty context is its
+    prefix token, which our start slot stands for."""
+    if not context:
+        return [], encode(continuation)
+    return TemplateLM._encode_pair(SimpleNamespace(backend='causal', tok_encode=encode), context, continuation)
+
+
 def scored_tokens(lm, context, continuation):
-    """The text's tokens cut to the block, and how many are scored: those after the context's own, its trailing spaces
-    going to the continuation."""
-    whole = lm.encode(context + continuation)
-    return whole[-lm.block_size:], len(whole) - len(lm.encode(context.rstrip()))
+    """The pair's tokens as lm-eval splits them, cut to the block, and how many are scored."""
+    context, continuation = lm_eval_pair(lm.encode, context, continuation)
+    return (context + continuation)[-lm.block_size:], len(continuation)
 
 
 # -----------------------------------------------------------------------------
@@ -102,11 +112,11 @@ def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
         pairs.append((context, lm.decode(greedy_tokens(lm.model, lm.encode(context)[-(lm.block_size - 3):], 3))))
     results = lm.loglikelihood(requests('loglikelihood', *pairs))
     expected = []
-    for c, pair in enumerate(pairs):
+    for pair in pairs:
         x, n = scored_tokens(lm, *pair)
         logp, greedy = direct(lm.model, x, n)
         if lm.ensemble > 1:
-            logp = direct_mixture(lm.model, x, n, lm.ensemble, hash((SEED, c)))
+            logp = direct_mixture(lm.model, x, n, lm.ensemble, harness.content_seed(SEED, x))
         expected.append((logp, greedy))
     for (logp, greedy), (want, want_greedy) in zip(results, expected):
         assert logp == pytest.approx(want, abs=1e-4) and greedy == want_greedy
@@ -114,6 +124,46 @@ def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
     if lm.ensemble > 1:  # the members do differ from the left-to-right reading
         assert any(abs(want - direct(lm.model, *scored_tokens(lm, *pair))[0]) > 1e-3 for (want, _), pair in
                    zip(expected, pairs))
+
+
+def test_an_ensemble_score_does_not_depend_on_its_neighbours(workdir, char_ckpt):
+    lm = make_lm(workdir, char_ckpt, ensemble=4)
+    pair, other = ('ROMEO: my lord', ' and'), ('KING', ' HENRY')
+    [alone] = lm.loglikelihood(requests('loglikelihood', pair))
+    assert lm.loglikelihood(requests('loglikelihood', other, pair))[1][0] == pytest.approx(alone[0], abs=1e-9)
+
+
+@pytest.mark.needs('gpt2_bpe')
+@pytest.mark.parametrize('context,continuation', [
+    ('The answer is', ' 42'), ('The answer is ', '42'), ('The answer is 4', '2 apples'), ('Hello  ', 'world'),
+    ('She said "', 'hi" twice'), ('x', '\n\ny'), ('   ', 'lead'), ('', 'KING')])
+def test_pairs_split_as_lm_evals_own_models_split_them(context, continuation):
+    encode = gpt2_encoding().encode_ordinary
+    assert harness.encode_pair(encode, context, continuation) == lm_eval_pair(encode, context, continuation)
+
+
+@pytest.mark.needs('gpt2_bpe')
+@pytest.mark.parametrize('context,continuation', [('The answer is 4', '2'), ('', ''), ('ROMEO', '')])
+def test_a_continuation_without_tokens_of_its_own_is_one_line(context, continuation):
+    encode = gpt2_encoding().encode_ordinary
+    assert not lm_eval_pair(encode, context, continuation)[1]  # lm-eval has none left either
+    with pytest.raises(SystemExit) as e:
+        harness.encode_pair(encode, context, continuation)
+    says(str(e.value.code), 'no tokens of its own', "lm-eval's own models refuse")
+
+
+def test_what_the_block_reads_decides_what_is_impossible(workdir, char_ckpt, caplog):
+    lm = make_lm(workdir, char_ckpt)
+    long = random_text(random.Random(5), lm.vocab, lm.block_size + 1, lm.block_size + 1)
+    far = '€' + 'ROMEO: ' * 6  # the character outside the vocabulary falls before the block
+    pairs = [('ROMEO', long), (far, 'my'), ('ROMEO', ' my')]
+    with caplog.at_level(logging.WARNING, logger='harness'):
+        results = lm.loglikelihood(requests('loglikelihood', *pairs))
+    assert results[0] == (-math.inf, False)
+    for result, pair in zip(results[1:], [(far[1:], 'my'), pairs[2]]):  # the block reads no more of far
+        assert result[0] == pytest.approx(direct(lm.model, *scored_tokens(lm, *pair))[0], abs=1e-4)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == 'harness']
+    says(warning, '1 of 3 continuations', f'longer than block_size {lm.block_size}', 'impossible')
 
 
 def test_rolling_windows_cover_each_token_once_within_the_block(workdir, char_ckpt):
@@ -141,6 +191,32 @@ def test_generate_until_stops_at_a_stop_string_and_max_gen_toks(workdir, char_ck
                                      (long, dict(until=[], max_gen_toks=6, **gen_kwargs)),
                                      (short, dict(until='\x00', max_gen_toks=20, **gen_kwargs))))
     assert out == [free[:free.find(stop)], cut, free] and len(cut) == 6
+
+
+def test_generation_always_reads_the_prompt(workdir, char_ckpt, monkeypatch):
+    lm = make_lm(workdir, char_ckpt)
+    seen = []  # each generation's canvas and known positions
+    monkeypatch.setattr(harness, 'generate', lambda model, x, known, *a, **k: seen.append((x.clone(), known)) or (x, 0))
+    new = lm.block_size - 1  # the most that leaves the prompt a token: its last
+    lm.generate_until(requests('generate_until', ('abc', dict(until=[], max_gen_toks=new))))
+    [(x, known)] = seen
+    assert x.shape == (1, lm.block_size) and known.tolist() == [True] + [False] * new and x[0, 0] == lm.encode('c')[0]
+
+
+@pytest.mark.parametrize('gen_kwargs,parts', [
+    ({}, ('max_gen_toks 256', 'block_size 32', 'below 32 in model_args')),  # the harness's default, as lm-eval's
+    (dict(max_gen_toks=32), ('max_gen_toks 32', 'no room')),
+    (dict(max_gen_toks=8, top_p=0), ('top_p in gen_kwargs must be in (0, 1]', 'got 0')),
+    (dict(max_gen_toks=8, temperature=-1.0), ('temperature in gen_kwargs', '>= 0')),
+    (dict(max_gen_toks=8, max_new_tokens=5), ('does not take the gen_kwargs max_new_tokens', 'max_gen_toks')),
+])
+def test_bad_generation_settings_are_one_line(workdir, char_ckpt, gen_kwargs, parts):
+    lm = make_lm(workdir, char_ckpt)
+    with pytest.raises(SystemExit) as e:
+        lm.generate_until(requests('generate_until', ('abc', dict(until=['\n'], **gen_kwargs))))
+    message = str(e.value.code)
+    assert message.startswith('error: ') and '\n' not in message
+    says(message, *parts)
 
 
 def test_sampled_generation_is_seeded_per_request(workdir, char_ckpt):
@@ -182,8 +258,8 @@ def test_the_encoders_nelbo_only_by_name_and_as_a_bound(workdir, mdm_ckpt):
     [bound] = lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))
     tokens = lm.encode(text)
     chunks = [tokens[i:i + lm.block_size] for i in range(0, len(tokens), lm.block_size)]  # disjoint, no context
-    want = sum(-len(chunk) * nelbo_estimates(lm.model, torch.tensor([chunk]), 4, lm.max_tokens, hash((SEED, c))).item()
-               for c, chunk in enumerate(chunks))
+    want = sum(-len(chunk) * nelbo_estimates(lm.model, torch.tensor([chunk]), 4, lm.max_tokens,
+                                             harness.content_seed(SEED, chunk)).item() for chunk in chunks)
     assert bound == pytest.approx(want, rel=1e-5) and bound < 0
     with pytest.raises(SystemExit, match='score=nelbo bounds whole texts'):
         lm.loglikelihood(requests('loglikelihood', ('a', 'b')))
@@ -195,7 +271,7 @@ def test_out_of_vocabulary_texts_are_impossible_with_one_warning(workdir, char_c
         results = lm.loglikelihood(requests('loglikelihood', ('a price: 5€', ' b'), ('ROMEO', ' ©'),
                                             ('ROMEO', ' my')))
         rolling = lm.loglikelihood_rolling(requests('loglikelihood_rolling', ('€ again',), ('fine',)))
-        generated = lm.generate_until(requests('generate_until', ('©', dict(until=['\n']))))
+        generated = lm.generate_until(requests('generate_until', ('©', dict(until=['\n'], max_gen_toks=8))))
     assert results[:2] == [(-math.inf, False)] * 2 and math.isfinite(results[2][0])
     assert rolling[0] == -math.inf and math.isfinite(rolling[1]) and generated == ['']
     [warning] = [r.getMessage() for r in caplog.records if r.name == 'harness']
@@ -283,6 +359,8 @@ def test_the_script_runs_the_harness_offline(workdir, char_ckpt, tmp_path):
     ('checkpoint=out-char/ckpt.pt,score=nelbo', ['score=l2r']),
     ('', ['needs a checkpoint', 'checkpoint=path']),
     ('checkpoint=out-char/ckpt.pt,dtype=float8', ['dtype', 'float32']),
+    ('checkpoint=out-char/ckpt.pt,use_ema=perhaps', ['use_ema in model_args expects a bool', "'perhaps'"]),
+    ('checkpoint=out-char/ckpt.pt,ensemble=-1', ['ensemble in model_args must be an int >= 1, got -1']),
 ])
 def test_bad_model_args_are_one_line(workdir, char_ckpt, mdm_ckpt, model_args, parts):
     old = os.getcwd()
@@ -295,6 +373,15 @@ def test_bad_model_args_are_one_line(workdir, char_ckpt, mdm_ckpt, model_args, p
     message = str(e.value.code)
     assert message.startswith('error: ') and '\n' not in message
     says(message, *parts)
+
+
+def test_model_args_text_is_read_as_sample_py_reads_flags(workdir, char_ckpt):
+    first = lambda lm: next(lm.model.parameters())
+    raw, ema = (first(make_lm(workdir, char_ckpt, use_ema=flag)) for flag in (False, True))
+    assert not torch.equal(raw, ema)
+    for text, want in (('no', raw), ('false', raw), ('0', raw), ('yes', ema), ('True', ema)):
+        args = f'checkpoint={workdir / char_ckpt / "ckpt.pt"},use_ema={text}'
+        assert torch.equal(first(harness.AOGPTLM.create_from_arg_string(args, {'device': 'cpu'})), want), text
 
 
 def test_an_unknown_task_is_one_line(workdir, char_ckpt):
