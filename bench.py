@@ -92,6 +92,8 @@ def check_inputs():
     parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
     if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
         fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
+    if checkpoint and 'speculate' not in run.split(','):
+        fail(f'--checkpoint is read by --run=speculate only, and --run={run}: add speculate to --run or drop --checkpoint')
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)
@@ -324,6 +326,9 @@ def bench_speculation():
     models = [('the random model', build(sample_block_size).eval(), vocab_size)] if speculate_random else []
     if checkpoint:
         model, stored = read_checkpoint(checkpoint, device)
+        if model.config.is_encoder:
+            fail(f'--checkpoint={checkpoint} is an encoder, and speculative decoding needs a decoder (the exact joint '
+                 f'of an order in one forward): give a decoder checkpoint')
         models.insert(0, (checkpoint, model, token_count(stored, model.config.vocab_size)))
     for what, model, n_tokens in models:
         T = min(speculate_tokens, model.config.block_size)

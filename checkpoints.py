@@ -34,6 +34,9 @@ def checkpoint_path(init_from, out_dir):
         return path
     if init_from.startswith('hf:'):
         return hub_file(init_from)
+    if os.path.isdir(init_from):
+        raise CheckpointError(f'{init_from} is a folder: name the checkpoint file in it '
+                              f'({os.path.join(init_from, "ckpt.pt")})')
     if not os.path.isfile(init_from):
         raise CheckpointError(f"checkpoint {init_from} not found (init_from takes 'resume', a path, or "
                               f"hf:owner/repo/file)")

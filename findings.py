@@ -208,8 +208,11 @@ def check_inputs():
     if os.path.exists(out) and not os.path.isdir(out):
         fail(f'--out_dir={out} is a file: name a folder (it is made if missing)')
     if not dry_run:
+        runs = os.path.join(out, 'runs')
+        if os.path.exists(runs) and not os.path.isdir(runs):
+            fail(f'--out_dir={out} holds a file named runs, where the runs go: move it, or name another folder')
         try:
-            os.makedirs(os.path.join(out, 'runs'), exist_ok=True)
+            os.makedirs(runs, exist_ok=True)
         except OSError as e:
             fail(f'--out_dir={out} cannot be made ({e.strerror}): name a folder you can write')
         report_ready()

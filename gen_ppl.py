@@ -126,13 +126,18 @@ def read_samples(path):
         if not (isinstance(tokens, list) and len(tokens) >= 2 and all(type(t) is int and t >= 0 for t in tokens)
                 and 'vocab' in r):
             fail(f'{path}, line {i}: not a sample written by gen_ppl.py (a "tokens" list of ids and a "vocab")')
+        known = r.pop('known', [])  # the key of samples written before 'known_positions'
+        known = r.setdefault('known_positions', known)
+        if not (isinstance(known, list) and all(type(k) is int and 0 <= k < len(tokens) for k in known)):
+            fail(f'{path}, line {i}: known_positions must list positions of its {len(tokens)} tokens, got {known!r}')
+        if set(range(1, len(tokens))) <= set(known):
+            fail(f'{path}, line {i}: every token after the first is known (the prompt), so nothing generated is scored')
         records.append(r)
     if not records:
         fail(f'{path} holds no samples')
     if len({json.dumps(r['vocab']) for r in records}) > 1 or len({len(r['tokens']) for r in records}) > 1:
         fail(f'{path} mixes samples of different vocabularies or lengths: score them separately')
     for r in records:
-        r.setdefault('known_positions', [])
         r.setdefault('seconds', math.nan)
     return records
 

@@ -15,9 +15,13 @@ Defaults that differ from the harness's: --model ao-gpt, --device this machine's
 is one, else cpu; the harness's is cuda:0), --batch_size auto (requests per forward as many as
 the model_arg max_tokens allows; the harness's is 1). Needs lm-eval (pip install "lm-eval>=0.4.9,<0.5").
 """
+import importlib.util
+import os
 import sys
 
 from common import default_device, fail
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
 
 SUBCOMMANDS = ('run', 'ls', 'validate')
 
@@ -35,6 +39,37 @@ def with_defaults(argv):
     return argv + [arg for flags, value in defaults if not given(argv, *flags) for arg in (flags[0], value)]
 
 
+def value(argv, flag):
+    """The text argv gives flag (--flag value or --flag=value), or None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(flag + '='):
+            return arg[len(flag) + 1:]
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def check_run(argv):
+    """The mistakes the harness would report only after loading the model, or in a traceback, as one line."""
+    limit = value(argv, '--limit')
+    try:
+        empty = limit is not None and float(limit) <= 0
+    except ValueError:
+        empty = False  # the harness's own parser names it
+    if empty:
+        fail(f'--limit {limit} leaves no documents: give a count >= 1, or a fraction in (0, 1)')
+    local = [arg for arg in ' '.join(argv).replace('=', ' ').replace(',', ' ').split() if arg.endswith('_local')]
+    if local:
+        spec = importlib.util.spec_from_file_location('task_utils', os.path.join(ROOT, 'tasks', 'utils.py'))
+        tasks = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tasks)
+        for task in set(local) & set(tasks.FILES):
+            try:
+                tasks.mirror_file(task)
+            except FileNotFoundError as e:
+                fail(e)
+
+
 def main():
     try:
         import harness  # noqa: F401 (registers ao-gpt)
@@ -43,6 +78,7 @@ def main():
         fail(e)
     if given(sys.argv[1:], '--help', '-h'):
         print(__doc__)
+    check_run(sys.argv[1:])
     sys.argv[1:] = with_defaults(sys.argv[1:])
     try:
         cli_evaluate()

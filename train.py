@@ -318,7 +318,8 @@ else:
     model_args = {k: getattr(pretrained.config, k) for k in model_args} | {'dropout': dropout}
     model = build_model(GPTConfig(**model_args))
     model.load_state_dict(pretrained.state_dict())
-config |= {k: v for k, v in model_args.items() if k in config}  # the stored config says what is trained
+# the stored config says what is trained; its block_size stays the sequences' length (a finetune may train shorter)
+config |= {k: v for k, v in model_args.items() if k in config and k != 'block_size'}
 if model.config.is_encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
     fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):

@@ -315,6 +315,10 @@ def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
     says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={a_file}', cwd=workdir), '--out_dir', 'a file')
     says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={a_file}/x', cwd=workdir), '--out_dir',
          'cannot be made')
+    (tmp_path / 'holds_runs').mkdir()
+    (tmp_path / 'holds_runs' / 'runs').write_text('')
+    says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={tmp_path}/holds_runs', '--only=1', cwd=workdir),
+         'holds a file named runs', 'move it')
     says(one_line_error('findings.py', '--preset=smoke', f'--readme={tmp_path}/none.md', cwd=workdir), '--readme')
     cut = tmp_path / 'cut'
     shutil.copytree(out / 'runs' / 'sweep-l2r-lr0.01-gate1-learned', cut / 'runs' / 'sweep-l2r-lr0.01-gate1-learned')

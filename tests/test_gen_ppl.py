@@ -118,6 +118,19 @@ def test_temperature_lowers_gen_ppl_and_entropy_and_samples_round_trip(workdir, 
     check_sample_nlls(workdir / char_ckpt / 'ckpt.pt', lines, results)
 
 
+def test_samples_of_the_older_format_keep_their_prompt_unscored(workdir, char_ckpt):
+    scorer = f'--scorer={char_ckpt}/ckpt.pt'
+    run_gen_ppl(workdir, f'--out_dir={char_ckpt}', scorer, '--num_samples=4', '--start=ROMEO:',
+                '--samples_out=new.jsonl', '--out_json=gen.json')
+    lines = [json.loads(line) for line in (workdir / 'new.jsonl').read_text().splitlines()]
+    assert all(r['known_positions'] == list(range(6)) for r in lines)
+    (workdir / 'old.jsonl').write_text(''.join(json.dumps({k: v for k, v in r.items() if k != 'known_positions'} |
+                                                         dict(known=r['known_positions'])) + '\n' for r in lines))
+    [new] = run_gen_ppl(workdir, '--samples=new.jsonl', scorer, '--out_json=gen.json')
+    [old] = run_gen_ppl(workdir, '--samples=old.jsonl', scorer, '--out_json=gen.json')
+    assert old['sample_nll'] == new['sample_nll']
+
+
 def check_sample_nlls(scorer, lines, results):
     """Each row's sample_nll, independently: one forward of the scorer's EMA weights in the identity order over
     each sample of the file (a row's samples in the file's order), every token but the first scored."""
@@ -171,6 +184,9 @@ def test_gpt2_bpe_samples_scored_by_a_hugging_face_model(workdir, bpe_ckpt, tiny
 def sample_files(workdir):
     (workdir / 'empty.jsonl').write_text('\n')
     (workdir / 'other.jsonl').write_text('{"text": "hello"}\n')
+    sample = dict(tokens=[1, 2, 3, 4], vocab=list('abcde'))
+    (workdir / 'outside.jsonl').write_text(json.dumps(sample | dict(known_positions=[0, 99])) + '\n')
+    (workdir / 'allknown.jsonl').write_text(json.dumps(sample | dict(known_positions=[1, 2, 3])) + '\n')
     model = tiny_model(vocab_size=96, block_size=32)  # no characters stored, and 96 ids
     torch.save(dict(model=model.state_dict(), model_args=vars(model.config)), workdir / 'sized.pt')
     return workdir
@@ -182,6 +198,8 @@ def sample_files(workdir):
     (['--samples=empty.jsonl'], ('empty.jsonl holds no samples',)),
     (['--samples=other.jsonl'], ('other.jsonl, line 1', 'not a sample written by gen_ppl.py')),
     (['--samples=missing.jsonl'], ('--samples=missing.jsonl', 'no such file')),
+    (['--samples=outside.jsonl'], ('outside.jsonl, line 1', 'known_positions', 'its 4 tokens', '[0, 99]')),
+    (['--samples=allknown.jsonl'], ('allknown.jsonl, line 1', 'every token after the first is known')),
     (['--steps=8,x'], ('--steps', 'comma list of ints', "'x' is not one")),
     (['--temperature=1.0,'], ('--temperature', 'comma list of numbers', "'' is not one")),
     (['--top_p=1.0,1.5'], ('--top_p', '(0, 1]', 'got 1.5')),

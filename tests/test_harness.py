@@ -353,6 +353,7 @@ def test_the_script_runs_the_harness_offline(workdir, char_ckpt, tmp_path):
 
 @pytest.mark.parametrize('model_args,parts', [
     ('checkpoint=missing.pt', ['missing.pt not found']),
+    ('checkpoint=out-char', ['out-char is a folder', 'out-char/ckpt.pt']),
     ('checkpoint=out-char/ckpt.pt,ensembel=2', ["'ensembel' in model_args", "did you mean 'ensemble'?"]),
     ('checkpoint=out-char/ckpt.pt,batch_size=0', ['batch_size', "'auto' or an int"]),
     ('checkpoint=out-mdm/ckpt.pt,ensemble=2', ['encoder', 'ensemble=1']),
@@ -388,6 +389,27 @@ def test_an_unknown_task_is_one_line(workdir, char_ckpt):
     message = one_line_error('lm_eval_ao.py', '--tasks', 'no_such_task', '--model_args',
                              f'checkpoint={char_ckpt}/ckpt.pt', cwd=workdir)
     says(message, 'no_such_task', 'ls tasks', '--include_path tasks')
+
+
+@pytest.mark.parametrize('mirror,problem', [(None, 'AOGPT_DATA_DIR is not set'),
+                                            ('no-such-folder', 'AOGPT_DATA_DIR=no-such-folder is not a folder'),
+                                            ('a-file', 'AOGPT_DATA_DIR=a-file is not a folder'),
+                                            ('.', 'AOGPT_DATA_DIR=. holds no lambada/lambada_test.jsonl')])
+def test_a_local_task_without_its_data_is_one_line_before_the_model_loads(workdir, monkeypatch, mirror, problem):
+    (workdir / 'a-file').write_text('')
+    if mirror is None:
+        monkeypatch.delenv('AOGPT_DATA_DIR', raising=False)
+    else:
+        monkeypatch.setenv('AOGPT_DATA_DIR', mirror)
+    message = one_line_error('lm_eval_ao.py', '--tasks', 'wikitext,lambada_openai_local', '--include_path', 'tasks',
+                             '--model_args', 'checkpoint=not-loaded.pt', cwd=workdir)  # no checkpoint needed to say it
+    says(message, 'lambada_openai_local reads the data mirror', problem, 'run the standard task (lambada_openai)')
+
+
+def test_limit_zero_is_one_line(workdir, char_ckpt):
+    message = one_line_error('lm_eval_ao.py', '--tasks', 'lambada_openai', '--limit', '0', '--model_args',
+                             f'checkpoint={char_ckpt}/ckpt.pt', cwd=workdir)
+    says(message, '--limit 0 leaves no documents', 'count >= 1')
 
 
 def test_without_lm_eval_the_script_says_how_to_install_it(workdir):

@@ -247,12 +247,18 @@ BENCH = [
     (['--sample_steps=0'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--sample_steps=64,2048'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--run=speculate', '--speculate_random=False'], ('--speculate_random=False', 'give it a --checkpoint')),
+    (['--run=train', '--checkpoint=ckpt.pt'], ('--checkpoint is read by --run=speculate only', '--run=train')),
 ]
 
 
 @pytest.mark.parametrize('args,parts', BENCH)
 def test_bench_bad_input(workdir, args, parts):
     says(one_line_error('bench.py', *args, cwd=workdir), *parts)
+
+
+def test_bench_speculate_refuses_an_encoder_in_one_line(workdir, mdm_ckpt):
+    says(one_line_error('bench.py', '--run=speculate', f'--checkpoint={mdm_ckpt}/ckpt.pt', '--speculate_random=False',
+                        cwd=workdir), 'is an encoder', 'give a decoder checkpoint')
 
 
 def test_no_gpt2_bpe_offline_is_one_line(workdir, bpe_ckpt, tmp_path, monkeypatch):

@@ -155,10 +155,11 @@ def test_eval_only_scores_the_checkpoint_and_writes_nothing(workdir, char_ckpt):
 
 def test_init_from_authors_checkpoint(workdir, sized_data):  # 96 ids, as its vocabulary
     run_script('train.py', *conftest.TINY_RUN, '--out_dir=out-ref', '--init_from=authors.pt', '--dataset=sized96',
-               '--max_iters=2', '--eval_interval=2', cwd=workdir)
+               '--max_iters=2', '--eval_interval=2', '--block_size=16', cwd=workdir)
     ckpt = stored_checkpoint(workdir, 'out-ref')
     assert ckpt['model_args']['n_embd'] == 64 and ckpt['model_args']['vocab_size'] == 96
     assert ckpt['config']['n_embd'] == 64 and ckpt['config']['cond_dim'] == 128  # the stored config: what was trained
+    assert ckpt['config']['block_size'] == 16 < ckpt['model_args']['block_size']  # on shorter sequences than it holds
 
 
 @pytest.mark.parametrize('name', ['train_ao_gpt_small', 'train_ao_gpt_medium', 'train_gpt_small',
