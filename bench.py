@@ -198,7 +198,8 @@ def bench_eval(ns=(128, 256), ensemble=8, slow_sample=16):
         slow *= n / len(targets)
         minimum = (n + 1) + (ensemble - 1) * n * (n + 1) // 2  # sum of prefix lengths
         slow_slots = (n + 1) * (1 + (ensemble - 1) * n)
-        fast_slots = (n + 1) + sum(len(b) * (b[0][0] + 1) for b in query_batches(order, context_orders, 32768))
+        lengths = [i for i in range(n - 1, 0, -1) for _ in range(ensemble - 1)]  # ensemble_logprobs' queries
+        fast_slots = (n + 1) + sum(len(b) * (lengths[b[0]] + 1) for b in query_batches(lengths, 32768))
         ideal = slow * minimum / slow_slots  # the slow path's speed per slot, on the minimal slots
         times[n] = fast, slow
         print(f'  n={n:<5} fast {fast:7.2f}s  slow {slow:8.2f}s  ratio {slow / fast:5.1f}x | fast slots '

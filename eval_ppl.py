@@ -215,7 +215,7 @@ def describe_encoder_passes(precision, n):
 def encoder_perplexities(model, chunks, name, l2r_ctx):
     """An encoder's ppl of one set (its NELBO bound and the bound's s.e., its exact l2r unless skipped) and
     its chunk_nll (each chunk's l2r NLL and NELBO estimate, per token)."""
-    l2r = encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{name} l2r') if encoder_l2r else None
+    l2r = encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{name} l2r')[0] if encoder_l2r else None
     estimates = nelbo_estimates(model, chunks, mc_samples, max_tokens, seed, autocast(device, dtype), f'{name} NELBO')
     bound, se = nelbo_bound(estimates)
     ppl = ({} if l2r is None else {'l2r': perplexity(l2r)}) | {'nelbo_bound': bound, 'nelbo_bound_se': se}

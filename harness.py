@@ -31,10 +31,10 @@ their defaults' types, as sample.py reads its flags (use_ema=no is False).
   distribution's argmax (member 1): the members give only the log-prob of the token read, not
   their whole distributions, so LAMBADA's accuracy is the left-to-right one even where its
   perplexity is the ensemble's.
-- The encoder (architecture=encoder): its exact left-to-right log-probs (scoring.encoder_l2r_logprobs),
-  which read every position of the text: one forward of n slots per token, n per request of n
-  tokens (context and continuation), O(n^2); is_greedy by greedy left-to-right decoding of the
-  continuation (engine.generate), one forward per continuation token. score=nelbo:
+- The encoder (architecture=encoder): its exact left-to-right log-probs (scoring.encoder_l2r_logprobs)
+  of the continuation's tokens, each read with the text before it and itself and the rest masked:
+  one forward of n slots per continuation token; is_greedy when each is that reading's argmax (so
+  greedy left-to-right decoding gives the continuation). score=nelbo:
   loglikelihood_rolling gives minus its NELBO instead, a lower bound on the log-likelihood (the
   perplexities are then upper bounds), of the text cut into disjoint block_size chunks;
   loglikelihood refuses it (the NELBO bounds whole texts only); its masks are seeded by the chunk's tokens.
@@ -51,7 +51,9 @@ their defaults' types, as sample.py reads its flags (use_ema=no is False).
   request at a time, seeded by its place.
 
 Requests are scored longest first in batches under max_tokens (slots, plus scoring.HEAD_COST per
-slot through the head), keeping only each request's result: memory is flat in their number.
+slot through the head), keeping only each request's result: memory is flat in their number. An
+ensemble's other members query a batch's requests together, in forwards under max_tokens
+(scoring.query_logprobs); member 1 is the batch's left-to-right forward.
 """
 import hashlib
 import inspect
@@ -70,7 +72,7 @@ from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, chec
                     one_of, optional_int, read_checkpoint, release_freed_memory, speculation_k)
 from configurator import check_key, parse_text
 from engine import Sampling, generate
-from scoring import (HEAD_COST, encoder_l2r_logprobs, ensemble_logprobs, mixture_logprobs, nelbo_estimates,
+from scoring import (HEAD_COST, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
                      random_context_orders)
 
 INSTALL = 'pip install "lm-eval>=0.4.9,<0.5"'
@@ -242,9 +244,10 @@ class AOGPTLM(LM):
             if self.encoder:
                 scored = [self.encoder_l2r(x, n) for _, x, n in batch]
             else:
-                scored = self.l2r(batch)
+                logps, greedy = self.l2r(batch)
                 if self.ensemble > 1:
-                    scored = [(self.ensemble_logprob(x, n), greedy) for (_, x, n), (_, greedy) in zip(batch, scored)]
+                    logps = self.ensemble_mixture(batch, logps)
+                scored = [(logp.sum().item(), g) for logp, g in zip(logps, greedy)]
             for (c, _, _), result in zip(batch, scored):
                 results[c] = result
             bar.update(len(batch))
@@ -268,8 +271,9 @@ class AOGPTLM(LM):
 
     @torch.no_grad()
     def l2r(self, batch):
-        """(log p of the last n tokens of x given the ones before, whether each is the argmax) of each row
-        (c, x, n), in one forward of the batch read left to right; only the scored slots reach the head."""
+        """(the log-probs of the last n tokens of x given the ones before, whether all are the argmax) of each
+        row (c, x, n), as two lists, in one forward of the batch read left to right; only the scored slots
+        reach the head."""
         B, T = len(batch), len(batch[0][1])
         q = max(1, max(n for _, _, n in batch))
         x = pad_sequence([torch.tensor(row) for _, row, _ in batch], batch_first=True).to(self.device)
@@ -282,28 +286,32 @@ class AOGPTLM(LM):
         wanted = x.gather(1, slots)
         logp = F.log_softmax(logits, -1).gather(2, wanted.unsqueeze(-1)).squeeze(-1).cpu()
         greedy = (logits.argmax(-1) == wanted).cpu()
-        return [(logp[b, q - n:].sum().item(), bool(greedy[b, q - n:].all())) for b, (_, _, n) in enumerate(batch)]
+        return [logp[b, q - n:] for b, (_, _, n) in enumerate(batch)], \
+            [bool(greedy[b, q - n:].all()) for b, (_, _, n) in enumerate(batch)]
 
-    def ensemble_logprob(self, x, n):
-        """The log of the ensemble's mean probability of each of the last n tokens of x, summed: the members
-        read each token's prefix in the orders of eval_ppl.py's ensemble (seeded by x's content), only the
-        scored tokens' orders are queried."""
-        identity = torch.arange(len(x))
-        orders = random_context_orders(identity, self.ensemble - 1, content_seed(self.seed, x))
-        scored = lambda i: orders(i) if i >= len(x) - n else torch.empty(0, i, dtype=torch.long)
+    def ensemble_mixture(self, batch, l2r):
+        """The log of the ensemble's mean probability of each row's last n tokens: member 1 the left-to-right
+        reading (l2r), the others in the orders of eval_ppl.py's ensemble (seeded by the row's tokens), their
+        queries batched over all the rows under max_tokens (scoring.query_logprobs)."""
+        queries, where = [], []  # (x, context, target) and (row, scored token, member)
+        for b, (_, x, n) in enumerate(batch):
+            orders = random_context_orders(torch.arange(len(x)), self.ensemble - 1, content_seed(self.seed, x))
+            tokens = torch.tensor(x)
+            for k, i in enumerate(range(len(x) - n, len(x))):
+                if i:  # an empty context reads the same in every order
+                    queries += [(tokens, context, i) for context in orders(i)]
+                    where += [(b, k, j) for j in range(1, self.ensemble)]
+        members = [logp.float().expand(self.ensemble, -1).clone() for logp in l2r]
         with self.ctx:
-            members = ensemble_logprobs(self.model, torch.tensor(x, device=self.device), identity.to(self.device),
-                                        scored, self.ensemble, self.max_tokens)
-        return mixture_logprobs(members[:, len(x) - n:], self.ensemble).sum().item()
+            for (b, k, j), logp in zip(where, query_logprobs(self.model, queries, self.max_tokens)):
+                members[b][j, k] = logp
+        return [mixture_logprobs(m, self.ensemble) for m in members]
 
     def encoder_l2r(self, x, n):
-        """The encoder's (log p of the last n tokens of x given the ones before, whether greedy decoding gives them)."""
-        logp = encoder_l2r_logprobs(self.model, torch.tensor([x]), self.max_tokens, self.ctx)[len(x) - n:].sum().item()
-        canvas = torch.tensor([x], device=self.device)
-        known = torch.arange(len(x), device=self.device) < len(x) - n
-        with self.ctx:
-            greedy, _ = generate(self.model, canvas.clone(), known, n, Sampling(temperature=0), order='l2r')
-        return logp, bool(torch.equal(greedy, canvas))
+        """The encoder's (log p of the last n tokens of x given the ones before, whether each is the argmax:
+        then greedy decoding left to right gives them)."""
+        logp, hit = encoder_l2r_logprobs(self.model, torch.tensor([x]), self.max_tokens, self.ctx, first=len(x) - n)
+        return logp.sum().item(), bool(hit.all())
 
     def nelbo_bounds(self, chunks):
         """Minus the encoder's NELBO of each chunk of tokens, a lower bound on its log-likelihood."""

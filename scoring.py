@@ -39,23 +39,48 @@ def random_context_orders(order, n_extra, seed):
     return context_orders
 
 
-def query_batches(order, context_orders, max_tokens):
-    """Rows (target i >= 1, member j, context order), longest first, grouped under the token budget.
-
-    Target 0 has an empty context, the same in every order, so it needs no query. A batch's rows are
-    padded to its first (longest) row; keeping them within 1/8 of its length bounds the padding to
-    12.5% of the slots.
-    """
+def query_batches(lengths, max_tokens):
+    """The indices of queries of the given context lengths, longest first (ties in their order), grouped under the
+    token budget: a row is its context plus the start slot, plus HEAD_COST through the head. A batch's rows are
+    padded to its first (longest) row; keeping them within 1/8 of its length bounds the padding to 12.5% of the
+    slots."""
     batch, width = [], 0
-    for i in reversed(range(1, len(order))):
-        for j, context in enumerate(context_orders(i), start=1):
-            width = width or i + 1
-            if batch and ((len(batch) + 1) * (width + HEAD_COST) > max_tokens or 8 * (width - i - 1) > width):
-                yield batch
-                batch, width = [], i + 1
-            batch.append((i, j, context))
+    for q in sorted(range(len(lengths)), key=lambda q: -lengths[q]):
+        width = width or lengths[q] + 1
+        if batch and ((len(batch) + 1) * (width + HEAD_COST) > max_tokens or 8 * (width - lengths[q] - 1) > width):
+            yield batch
+            batch, width = [], lengths[q] + 1
+        batch.append(q)
     if batch:
         yield batch
+
+
+@torch.no_grad()
+def query_logprobs(model, queries, max_tokens):
+    """log p(x[target] | the tokens of x at the context's positions, read in that order) of each query
+    (x, context, target), x and context on the CPU: (len(queries),).
+
+    A query is a row: the start slot, then the context (each slot predicting the next position), the last
+    slot predicting the target. Right padding is harmless under causal attention, and only the last slot
+    goes through the head.
+    """
+    device = next(model.parameters()).device
+    out = torch.empty(len(queries))
+    for batch in query_batches([len(context) for _, context, _ in queries], max_tokens):
+        rows = [queries[q] for q in batch] * (2 if len(batch) == 1 else 1)  # a compiled model never meets one row
+        pos = pad_sequence([F.pad(context, (1, 0), value=-1) for _, context, _ in rows], batch_first=True,
+                           padding_value=-1)
+        tgt = pad_sequence([F.pad(context, (0, 1), value=target) for _, context, target in rows], batch_first=True,
+                           padding_value=-1)
+        xs = [x for x, _, _ in rows]
+        x = xs[0].expand(len(rows), -1) if all(x is xs[0] for x in xs) else pad_sequence(xs, batch_first=True)
+        tokens = x.gather(1, pos.clamp(min=0))  # the start slot's token is ignored
+        last = torch.tensor([[len(context)] for _, context, _ in rows])
+        labels = x.gather(1, torch.tensor([[target] for _, _, target in rows]))
+        logits = model.forward_slots(tokens.to(device), pos.to(device), tgt.to(device), out_slots=last.to(device))
+        logp = F.log_softmax(logits[:, 0].float(), dim=-1).gather(1, labels.to(device))[:, 0].cpu()
+        out[batch] = logp[:len(batch)]
+    return out
 
 
 @torch.no_grad()
@@ -63,9 +88,7 @@ def ensemble_logprobs(model, x, order, context_orders, ensemble, max_tokens):
     """log p(x[order_i] | context set x[order_<i] read in member j's order), j < ensemble: (ensemble, n).
 
     Member 0 reads the context in `order` itself (one forward for every target); members 1.. read it
-    in context_orders(i)[j-1]. A query is a row: the start slot, then the context in the member's
-    order (each slot predicting the next position), the last slot predicting order[i]. Right
-    padding is harmless under causal attention, and only the last real slot goes through the head.
+    in context_orders(i)[j-1], one query row each (query_logprobs).
     """
     n = len(x)
     out = torch.empty(ensemble, n)
@@ -74,18 +97,11 @@ def ensemble_logprobs(model, x, order, context_orders, ensemble, max_tokens):
     if ensemble == 1:
         return out
     out[1:, 0] = out[0, 0]  # an empty context reads the same in every order
-    order_cpu = order.cpu()  # rows are built on the CPU, then moved in one piece
-    for batch in query_batches(order_cpu, lambda i: context_orders(i)[:ensemble - 1], max_tokens):
-        if len(batch) == 1:  # twice: a compiled model then never meets one row, a shape it would compile again
-            batch = batch * 2
-        pos = pad_sequence([torch.cat([torch.tensor([-1]), context]) for _, _, context in batch],
-                           batch_first=True, padding_value=-1)
-        tgt = pad_sequence([torch.cat([context, order_cpu[i:i + 1]]) for i, _, context in batch],
-                           batch_first=True, padding_value=-1)
-        i, j = (torch.tensor(v) for v in list(zip(*batch))[:2])
-        pos, tgt, i_dev = pos.to(x.device), tgt.to(x.device), i.to(x.device)
-        logits = model.forward_slots(x[pos.clamp(min=0)], pos, tgt, out_slots=i_dev[:, None])[:, 0]
-        out[j, i] = F.log_softmax(logits.float(), dim=-1).gather(1, x[order[i_dev]][:, None])[:, 0].cpu()
+    x, order = x.cpu(), order.cpu()  # rows are built on the CPU, then moved in one piece
+    targets = range(n - 1, 0, -1)
+    contexts = [context for i in targets for context in context_orders(i)[:ensemble - 1]]
+    logp = query_logprobs(model, [(x, context, order[len(context)].item()) for context in contexts], max_tokens)
+    out[1:, 1:] = logp.view(n - 1, ensemble - 1).flip(0).T
     return out
 
 
@@ -226,15 +242,16 @@ def nelbo_bound(estimates):
     return bound, bound * se
 
 
-def l2r_queries(chunks, desc):
-    """(chunk index, position) of each left-to-right query."""
+def l2r_queries(chunks, first, desc):
+    """(chunk index, position) of each left-to-right query, from position `first` on."""
     for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
-        yield from ((c, i) for i in range(len(x)))
+        yield from ((c, i) for i in range(first, len(x)))
 
 
 @torch.no_grad()
-def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None):
-    """log p(x_i | x_<i) of every token under the encoder, exactly: (N*n,), on the CPU.
+def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None, first=0):
+    """log p(x_i | x_<i) of every token from position `first` on under the encoder, exactly, and whether each
+    is the argmax: two (N*(n-first),) tensors, on the CPU.
 
     Position i is read with positions i..n-1 masked, and only it goes through the head: n forwards of n
     slots per chunk, O(n^2) work. Position 0 is predicted from nothing, as a decoder's start slot
@@ -242,15 +259,17 @@ def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None
     """
     device = next(model.parameters()).device
     N, n = chunks.shape
-    out = torch.empty(N, n)
-    for batch in batched(l2r_queries(chunks, desc), max(1, max_tokens // (n + HEAD_COST))):
+    logp, hit = torch.empty(N, n - first), torch.empty(N, n - first, dtype=torch.bool)
+    for batch in batched(l2r_queries(chunks, first, desc), max(1, max_tokens // (n + HEAD_COST))):
         c, i = torch.tensor(batch).T
         z = torch.where(torch.arange(n) >= i[:, None], model.mask_id, chunks[c])
         with ctx:
-            logits = model.forward_masked(z.to(device), out_positions=i[:, None].to(device))[:, 0]
-        out[c, i] = F.log_softmax(logits.float(), dim=-1).gather(1, chunks[c, i][:, None].to(device))[:, 0].cpu()
+            logits = model.forward_masked(z.to(device), out_positions=i[:, None].to(device))[:, 0].float()
+        token = chunks[c, i][:, None].to(device)
+        logp[c, i - first] = F.log_softmax(logits, dim=-1).gather(1, token)[:, 0].cpu()
+        hit[c, i - first] = (logits.argmax(-1, keepdim=True) == token)[:, 0].cpu()
         release_freed_memory()
-    return out.flatten()
+    return logp.flatten(), hit.flatten()
 
 
 # -----------------------------------------------------------------------------

@@ -47,7 +47,9 @@ def test_mask_counts_are_one_per_stratum():
 
 def test_encoder_l2r_is_one_forward_per_cut(model):
     chunks = random_chunks(3, seed=0)
-    logprobs = encoder_l2r_logprobs(model, chunks, max_tokens=1).view(3, N)
+    logprobs = encoder_l2r_logprobs(model, chunks, max_tokens=1)[0].view(3, N)
+    later, hits = encoder_l2r_logprobs(model, chunks, max_tokens=1, first=5)  # the same cuts, from position 5
+    assert torch.equal(later.view(3, N - 5), logprobs[:, 5:]) and hits.shape == later.shape
     for x, row in zip(chunks, logprobs):
         expected = torch.stack([-nll_given(model, x, set(range(i)))[i] for i in range(N)])  # position 0 from nothing
         torch.testing.assert_close(row.double(), expected, rtol=1e-5, atol=0)
@@ -61,7 +63,7 @@ def test_batching_does_not_change_the_numbers(model, max_tokens):
     torch.testing.assert_close(nelbo, nelbo_estimates(model, chunks, 5, 10**6, seed=3))
     assert not torch.allclose(nelbo, nelbo_estimates(model, chunks, 5, max_tokens, seed=4))  # the draws matter
     l2r = encoder_l2r_logprobs(model, chunks, max_tokens)
-    torch.testing.assert_close(l2r, encoder_l2r_logprobs(model, chunks, 10**6))
+    torch.testing.assert_close(l2r, encoder_l2r_logprobs(model, chunks, 10**6))  # both the log-probs and the hits
 
 
 def eval_ppl(workdir, mdm_ckpt, *args):
