@@ -136,6 +136,9 @@ class AOGPTLM(LM):
         if score == 'nelbo':
             log.warning('ao-gpt score=nelbo: loglikelihood_rolling gives minus the NELBO, a lower bound on the '
                         'log-likelihood, so the perplexities are upper bounds')
+        if ensemble > 1:
+            log.warning(f'ao-gpt ensemble={ensemble}: the log-likelihoods (perplexities) are the ensemble\'s, is_greedy '
+                        f'(accuracies such as LAMBADA\'s acc) the left-to-right argmax')
 
     @classmethod
     def settings(cls):

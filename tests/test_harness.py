@@ -126,8 +126,10 @@ def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
                    zip(expected, pairs))
 
 
-def test_an_ensemble_score_does_not_depend_on_its_neighbours(workdir, char_ckpt):
-    lm = make_lm(workdir, char_ckpt, ensemble=4)
+def test_an_ensemble_score_does_not_depend_on_its_neighbours(workdir, char_ckpt, caplog):
+    with caplog.at_level(logging.WARNING, logger='harness'):
+        lm = make_lm(workdir, char_ckpt, ensemble=4)
+    says(caplog.records[-1].getMessage(), "log-likelihoods (perplexities) are the ensemble's", 'left-to-right argmax')
     pair, other = ('ROMEO: my lord', ' and'), ('KING', ' HENRY')
     [alone] = lm.loglikelihood(requests('loglikelihood', pair))
     assert lm.loglikelihood(requests('loglikelihood', other, pair))[1][0] == pytest.approx(alone[0], abs=1e-9)
