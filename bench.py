@@ -34,8 +34,9 @@ top_p of `speculate_top_p`, in random and left-to-right order, at batch 1 and ba
 batches' worth of samples of `speculate_tokens` tokens drawn as gen_ppl.py draws them
 (speculatively, the rows take turns: a row that finishes starts the next sample); on a trained
 `checkpoint` first, then (unless --speculate_random=False) on the bench's random model at block
-`sample_block_size` (GPT-2's vocabulary by default). How many drafts are kept depends on how much the model's predictions depend on
-each other, so a random model's figures say little about a trained one's: give a trained `checkpoint`.
+`sample_block_size` (GPT-2's vocabulary by default). How many drafts are kept depends on how much the
+model's predictions depend on each other, so a random model's figures say little about a trained
+one's: give a trained `checkpoint`.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
@@ -93,7 +94,8 @@ def check_inputs():
     if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
         fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
     if checkpoint and 'speculate' not in run.split(','):
-        fail(f'--checkpoint is read by --run=speculate only, and --run={run}: add speculate to --run or drop --checkpoint')
+        fail(f'--checkpoint is read by --run=speculate only, and --run={run}: add speculate to --run or drop '
+             f'--checkpoint')
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)

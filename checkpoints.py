@@ -3,14 +3,19 @@ Checkpoints: naming one, reading any supported format, writing ours.
 
 Every script names its checkpoint the same way, with `init_from`:
 - 'resume': out_dir/ckpt.pt
-- a local path: one of our checkpoints or one of the authors' released ones
+- a local path: one of our checkpoints or one of the authors' released ones, or a model folder
+  (export.py's: model.safetensors, config.json, a model card), read without unpickling anything
 - 'hf:owner/repo/path/in/repo': a file on the Hugging Face Hub, fetched once and cached by
-  huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>)
+  huggingface_hub (e.g. hf:Cauthyyy/AO-GPT-MDM/<one of its ckpt_*.pt files>); 'hf:owner/repo': a
+  model folder on the Hub
 
 Nothing here stops the program: a file that cannot be used raises CheckpointError with a one-line
 message, which the scripts print as their error (common.read_checkpoint).
 """
+import dataclasses
+import json
 import os
+import shutil
 import warnings
 
 import torch
@@ -18,6 +23,11 @@ import torch
 from model import GPTConfig, build_model
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
+FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
+FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md')
+# train.py's settings about the machine and the run's files, not the model: a shared folder leaves them out
+MACHINE_SETTINGS = ('data_dir', 'out_dir', 'device', 'compile', 'eval_only', 'overwrite', 'log_interval', 'peak_flops',
+                    'wandb_log', 'wandb_project', 'wandb_run_name', 'init_from', 'order_file')
 
 
 class CheckpointError(Exception):
@@ -34,23 +44,27 @@ def checkpoint_path(init_from, out_dir):
         return path
     if init_from.startswith('hf:'):
         return hub_file(init_from)
-    if os.path.isdir(init_from):
-        raise CheckpointError(f'{init_from} is a folder: name the checkpoint file in it '
-                              f'({os.path.join(init_from, "ckpt.pt")})')
-    if not os.path.isfile(init_from):
-        raise CheckpointError(f"checkpoint {init_from} not found (init_from takes 'resume', a path, or "
-                              f"hf:owner/repo/file)")
+    if os.path.isdir(init_from) and not os.path.isfile(os.path.join(init_from, 'config.json')):
+        raise CheckpointError(f'{init_from} is a folder without a config.json, so not a model folder: name the '
+                              f'checkpoint file in it ({os.path.join(init_from, "ckpt.pt")})')
+    if not os.path.exists(init_from):
+        raise CheckpointError(f"checkpoint {init_from} not found (init_from takes 'resume', a path, a model "
+                              f"folder, hf:owner/repo/file or hf:owner/repo)")
     return init_from
 
 
 def hub_file(name):
-    """Fetch hf:owner/repo/path from the Hugging Face Hub into its cache; return the local path."""
+    """Fetch hf:owner/repo/path (a file) or hf:owner/repo (a model folder's files) from the Hugging Face Hub
+    into its cache; return the local path."""
     owner, _, rest = name[3:].partition('/')
     repo, _, filename = rest.partition('/')
-    if not (owner and repo and filename):
-        raise CheckpointError(f'{name} is not a Hub file name: use hf:owner/repo/path/in/repo')
+    if not (owner and repo):
+        raise CheckpointError(f'{name} is not a Hub name: use hf:owner/repo/path/in/repo, or hf:owner/repo for a '
+                              f'model folder')
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download, snapshot_download
+        if not filename:
+            return snapshot_download(f'{owner}/{repo}', allow_patterns=list(FOLDER_FILES))
         return hf_hub_download(f'{owner}/{repo}', filename)
     except Exception as e:  # the Hub raises many kinds (offline, missing repo or file, auth)
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -78,6 +92,8 @@ def load_checkpoint(path, device='cpu', use_ema=True):
     The EMA weights by default, the raw ones with use_ema=False or when the checkpoint has no EMA
     weights; weights_read(checkpoint, use_ema) says which.
     """
+    if os.path.isdir(path):
+        return load_folder(path, device)
     try:
         checkpoint = load_weights_only(path, device)
     except FileNotFoundError:
@@ -102,8 +118,81 @@ def load_checkpoint(path, device='cpu', use_ema=True):
 
 def weights_read(checkpoint, use_ema=True):
     """'EMA' or 'raw': the weights load_checkpoint reads, the EMA ones (ours: 'ema', the authors':
-    'ema_model') unless use_ema=False or the checkpoint has none (the authors' sigma-GPT, nanoGPT's)."""
+    'ema_model') unless use_ema=False or the checkpoint has none (the authors' sigma-GPT, nanoGPT's);
+    a model folder's one set, whichever it holds."""
+    if 'weights' in checkpoint:
+        return checkpoint['weights']
     return 'EMA' if use_ema and {'ema', 'ema_model'} & checkpoint.keys() else 'raw'
+
+
+def folder_config(model, checkpoint, weights):
+    """A model folder's config.json: the network's config, what its ids mean, which weights ('EMA' or 'raw')
+    and what trained it."""
+    return dict(format=FOLDER_FORMAT, model_args=dataclasses.asdict(model.config), weights=weights,
+                vocab=checkpoint_vocab(checkpoint, model.config.vocab_size), trained=training_record(checkpoint))
+
+
+def save_folder(model, config, card, folder):
+    """Write a model folder: model.safetensors (the model's weights; a tied head stored once), config.json
+    (folder_config) and README.md (card). Written beside, then renamed into place: a crash never leaves
+    half a folder."""
+    from safetensors.torch import save_model
+    tmp = folder.rstrip('/') + '.tmp'
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    save_model(model, os.path.join(tmp, 'model.safetensors'))
+    with open(os.path.join(tmp, 'config.json'), 'w', encoding='utf-8') as f:
+        json.dump(config, f, indent=1)
+    with open(os.path.join(tmp, 'README.md'), 'w', encoding='utf-8') as f:
+        f.write(card)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def training_record(checkpoint):
+    """What trained a checkpoint, as far as it says: train.py's settings, its iterations and tokens."""
+    config = checkpoint.get('config', {})
+    iters = checkpoint.get('iter_num')
+    tokens = None
+    if iters is not None and {'batch_size', 'block_size', 'gradient_accumulation_steps'} <= config.keys():
+        tokens = iters * config['batch_size'] * config['block_size'] * config['gradient_accumulation_steps']
+    plain = {k: v for k, v in config.items()
+             if k not in MACHINE_SETTINGS and isinstance(v, (int, float, str, bool, type(None)))}
+    return dict(iterations=iters, tokens=tokens, config=plain)
+
+
+def is_model_folder(path):
+    """Whether path is a folder whose config.json says it is an AO-GPT model folder (not a Hugging Face one)."""
+    try:
+        with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
+            return json.load(f).get('format') == FOLDER_FORMAT
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
+
+
+def load_folder(folder, device='cpu'):
+    """A network (eval mode) and its config.json as the checkpoint dict, from a model folder: JSON and
+    safetensors, nothing unpickled."""
+    from safetensors.torch import load_model
+    path = os.path.join(folder, 'config.json')
+    try:
+        with open(path, encoding='utf-8') as f:
+            config = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f'{path} cannot be read as JSON ({one_line(e)}): export the model again')
+    if not isinstance(config, dict) or config.get('format') != FOLDER_FORMAT:
+        found = config.get('format') if isinstance(config, dict) else None
+        raise CheckpointError(f"{path} is not an AO-GPT model folder's (format {found!r}, expected "
+                              f"{FOLDER_FORMAT!r}): give a folder written by export.py")
+    weights = os.path.join(folder, 'model.safetensors')
+    if not os.path.isfile(weights):
+        raise CheckpointError(f'{folder} holds no model.safetensors: export the model again')
+    try:
+        model = build_model(GPTConfig(**config['model_args']))
+        load_model(model, weights, device=str(device))
+    except Exception as e:  # a config of another kind or size, a truncated or foreign file
+        raise CheckpointError(f'{weights} does not fit {path} ({one_line(e)})')
+    return model.to(device).eval(), config
 
 
 def injection_of(state):

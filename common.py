@@ -14,7 +14,8 @@ from contextlib import nullcontext
 
 import torch
 
-from checkpoints import GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, load_checkpoint, weights_read
+from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, is_model_folder,
+                         load_checkpoint, weights_read)
 from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order
 
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -157,13 +158,14 @@ def find_checkpoint(init_from, out_dir):
 
 def read_checkpoint(path, device='cpu', use_ema=True):
     """checkpoints.load_checkpoint for a script: its error as the script's one line, and a note (rank 0)
-    when a checkpoint without EMA weights gives its raw ones."""
+    when it gives other weights than asked (a checkpoint without EMA weights, a model folder's one set)."""
     try:
         model, checkpoint = load_checkpoint(path, device, use_ema)
     except CheckpointError as e:
         fail(e)
-    if use_ema and weights_read(checkpoint) == 'raw' and rank() == 0:
-        print(f'note: {path} holds no EMA weights: reading its raw weights')
+    asked, got = 'EMA' if use_ema else 'raw', weights_read(checkpoint, use_ema)
+    if got != asked and rank() == 0:
+        print(f'note: {path} holds no {asked} weights: reading its {got} weights')
     return model, checkpoint
 
 
@@ -242,8 +244,10 @@ def gpt2_encoding():
 
 def is_hf_model(name):
     """Whether init_from (or a scorer) names a Hugging Face causal LM, a Hub name or a folder saved with
-    save_pretrained, rather than one of our checkpoints ('resume', a .pt or other file, hf:owner/repo/file)."""
-    return not (name == 'resume' or name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name))
+    save_pretrained, rather than one of our checkpoints ('resume', a .pt or other file, hf:owner/repo/file,
+    a model folder of export.py's)."""
+    return not (name == 'resume' or name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name)
+                or is_model_folder(name))
 
 
 def load_hf_causal_lm(name, device):

@@ -10,11 +10,11 @@ perplexity and the NELBO perplexity bound.
     python eval_ppl.py --init_from=hf:Cauthyyy/AO-GPT-MDM/<file>.pt --dataset=lambada --ensemble 8
     python eval_ppl.py --init_from=gpt2-medium --dataset=wikitext2,ptb    # the GPT-2 baseline row
 
-init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format) or a
-Hugging Face Hub file hf:owner/repo/path, whose EMA weights are evaluated (--use_ema=False, or a
-checkpoint without EMA weights: the raw ones); or a Hugging Face causal LM (gpt2, gpt2-medium,
-gpt2-large, gpt2-xl, another Hub name, or a folder saved with save_pretrained; needs transformers),
-scored left-to-right only.
+init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format), a model
+folder (export.py's) or a Hub file hf:owner/repo/path or folder hf:owner/repo, whose EMA weights
+are evaluated (--use_ema=False, or a checkpoint without EMA weights: the raw ones); or a Hugging
+Face causal LM (gpt2, gpt2-medium, gpt2-large, gpt2-xl, another Hub name, or a folder saved with
+save_pretrained; needs transformers), scored left-to-right only.
 
 The chunks (--pipeline=paper, the default, as the authors' data pipeline makes them): every row of
 a set exactly as the Hugging Face Hub serves it (WikiText: the raw lines with their newline, a

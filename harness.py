@@ -7,8 +7,9 @@ harness's command line with it; from Python:
     from lm_eval import simple_evaluate
     simple_evaluate(model=harness.AOGPTLM(checkpoint='out-shakespeare-char/ckpt.pt'), tasks=['lambada_openai'])
 
-model_args: checkpoint (a path or hf:owner/repo/file), use_ema, ensemble (1: none), score ('l2r', or
-'nelbo' for the encoder), device, dtype, max_tokens (slots per forward, as eval_ppl.py), batch_size
+model_args: checkpoint (a path, a model folder, hf:owner/repo/file or hf:owner/repo), use_ema, ensemble
+(1: none), score ('l2r', or 'nelbo' for the encoder), device, dtype, max_tokens (slots per forward, as
+eval_ppl.py), batch_size
 ('auto': as many requests as max_tokens allows, up to max_batch_size; N: at most N per forward),
 seed; for generation order, steps, temperature, top_p, top_k, speculate, max_gen_toks (the
 defaults a task's gen_kwargs override).
@@ -137,8 +138,8 @@ class AOGPTLM(LM):
             log.warning('ao-gpt score=nelbo: loglikelihood_rolling gives minus the NELBO, a lower bound on the '
                         'log-likelihood, so the perplexities are upper bounds')
         if ensemble > 1:
-            log.warning(f'ao-gpt ensemble={ensemble}: the log-likelihoods (perplexities) are the ensemble\'s, is_greedy '
-                        f'(accuracies such as LAMBADA\'s acc) the left-to-right argmax')
+            log.warning(f'ao-gpt ensemble={ensemble}: the log-likelihoods (perplexities) are the ensemble\'s, '
+                        f'is_greedy (accuracies such as LAMBADA\'s acc) the left-to-right argmax')
 
     @classmethod
     def settings(cls):

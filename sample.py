@@ -20,8 +20,9 @@ that reveals nothing costs nothing). speculate=k > 0 draws the samples of one to
 or redrawn by an exact test, in fewer forwards (engine.speculative; it prints them).
 start: a prefix (or FILE:path); infill: a template whose `mask_token` markers are generated ([MASK]
 is one token, [MASK:5] five) around the known text.
-init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), or
-a Hugging Face Hub file hf:owner/repo/path. Character-level checkpoints carry their vocabulary.
+init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), a
+model folder (export.py's), a Hugging Face Hub file hf:owner/repo/path or model folder hf:owner/repo.
+Character-level checkpoints carry their vocabulary.
 Tokens are drawn by inverse CDF in float64 (sample_dtype); top_p_mode='authors' is the authors'
 top-p (the token that crosses top_p is dropped), and the step sizes truncate as theirs do.
 """

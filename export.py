@@ -1,0 +1,146 @@
+"""
+Export a checkpoint as a model folder, the way models are shared on the Hugging Face Hub:
+model.safetensors (the weights, no pickle), config.json (the network, its vocabulary, which weights,
+what trained it) and README.md (a model card with the Hub's metadata).
+
+    python export.py --out_dir=out-shakespeare-char --out=ao-gpt-shakespeare-char
+    python export.py --init_from=path/to/authors_ckpt.pt --out=ao-gpt-small      # the authors' releases too
+    python export.py --out_dir=out --out=ao-gpt --eval_json=ppl.json --gen_json=gen.json   # numbers in the card
+    python export.py --out_dir=out --out=ao-gpt --push=owner/ao-gpt              # then upload it (network, token)
+
+Every script reads the folder wherever it reads a checkpoint (python sample.py --init_from=ao-gpt,
+or hf:owner/repo once pushed). A folder holds one set of weights: the EMA ones unless --use_ema=False.
+init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors'), or hf:owner/repo/file.
+"""
+import json
+import os
+
+from checkpoints import FOLDER_FILES, folder_config, save_folder, weights_read
+from common import check_settings, fail, find_checkpoint, read_checkpoint
+from configurator import configure
+
+# -----------------------------------------------------------------------------
+init_from = 'resume'
+out_dir = 'out-shakespeare-char'
+out = ''  # the model folder to write
+use_ema = True  # the EMA weights (False: the raw ones)
+eval_json = ''  # an eval_ppl.py --out_json whose perplexities the card quotes
+gen_json = ''  # a gen_ppl.py --out_json whose gen PPLs the card quotes
+license = 'other'  # the card's license, a Hub license id (mit, apache-2.0, ...)
+push = ''  # owner/repo: upload the folder to the Hugging Face Hub
+# -----------------------------------------------------------------------------
+KINDS = {'adaln': 'AO-GPT, an any-order autoregressive decoder: a masked diffusion language model written with '
+                  'causal attention, the target position given by adaLN',
+         'add': 'sigma-GPT (the paper\'s baseline): an any-order decoder with the target position added to its input',
+         'encoder': 'an encoder-only masked diffusion language model (MDM), the paper\'s comparison'}
+DATASETS = {'openwebtext': 'Skylion007/openwebtext'}  # the Hub's name of a dataset train.py reads
+
+
+def check_inputs():
+    if not out:
+        fail('--out names the model folder to write (say --out=ao-gpt-shakespeare-char)')
+    check_settings(globals(), {'license': (lambda v: v and ' ' not in v, 'a Hub license id such as mit')})
+    if os.path.exists(out) and (not os.path.isdir(out) or set(os.listdir(out)) - set(FOLDER_FILES)):
+        fail(f'--out={out} exists and is not a model folder written by export.py: name a new folder')
+    for key in ('eval_json', 'gen_json'):
+        if globals()[key] and not os.path.isfile(globals()[key]):
+            fail(f'--{key}={globals()[key]}: no such file')
+    if push and push.count('/') != 1:
+        fail(f'--push={push} is not a Hub repo name: owner/repo')
+
+
+def read_results(path, script):
+    """The JSON a script wrote with --out_json, or a one-line error."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            results = json.load(f)['results']
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        fail(f'{path} is not the --out_json of {script} ({type(e).__name__})')
+    return results
+
+
+def eval_table(results):
+    """Markdown rows of eval_ppl.py's perplexities: each set, left to right and each ensemble."""
+    columns = list(next(iter(results.values()))['ppl'])
+    head = ['set', 'chunks'] + ['left to right' if c == 'l2r' else f'ensemble={c}' for c in columns]
+    rows = [[name, str(r['chunks'])] + [f"{r['ppl'][c]:.2f}" for c in columns] for name, r in results.items()]
+    return table(head, rows)
+
+
+def gen_table(results):
+    """Markdown rows of gen_ppl.py's sample quality: each grid point's gen PPL and entropy."""
+    head = ['steps', 'temperature', 'top_p', 'gen PPL', 'entropy', 'samples']
+    rows = [[str(r['steps'] or 'one token per step'), str(r['temperature']), str(r['top_p']),
+             f"{r['gen_ppl']:.2f}", f"{r['entropy']:.3f}", str(r['n'])] for r in results]
+    return table(head, rows)
+
+
+def table(head, rows):
+    return '\n'.join('| ' + ' | '.join(row) + ' |' for row in [head, ['---'] * len(head), *rows])
+
+
+def model_card(model, config, source, name):
+    """README.md of the folder: the Hub's metadata, what the model is, what trained it, its numbers, how to use it."""
+    c, trained = model.config, config['trained']
+    vocab = config['vocab']
+    vocab_text = ('GPT-2 BPE' if vocab == 'gpt2' else f'{len(vocab)} characters' if vocab else
+                  f'{c.vocab_size} ids (its tokenizer is not stored)')
+    dataset = trained['config'].get('dataset')
+    meta = ['library_name: ao-gpt', 'pipeline_tag: text-generation', f'license: {license}',
+            'tags:', '- any-order', '- masked-diffusion', '- text-generation']
+    meta += ['datasets:', f'- {DATASETS[dataset]}'] if dataset in DATASETS else []
+    kind = KINDS['encoder' if c.is_encoder else c.target_injection]
+    lines = ['---', *meta, '---', '', f'# {name}', '',
+             f'{kind} (Xue et al., "Any-Order GPT as Masked Diffusion Model", arXiv 2506.19935). '
+             f'{c.n_layer} layers, {c.n_embd} wide, {c.n_head} heads, block {c.block_size}, {c.position_encoding} '
+             f'positions, {model.get_num_params() / 1e6:.1f}M parameters; vocabulary: {vocab_text}. '
+             f'Weights: {config["weights"]}. Exported from `{source}` by the ao-gpt code\'s `export.py`.', '',
+             '## Training', '']
+    if trained['iterations'] is None:
+        lines.append('The checkpoint does not say how it was trained.')
+    else:
+        tokens = f" ({trained['tokens']:,} tokens)" if trained['tokens'] else ''
+        lines.append(f"{trained['iterations']:,} iterations{tokens} of ao-gpt's `train.py`"
+                     + (f' on {dataset}' if dataset else '') + '. Its settings:')
+        lines += ['', table(['setting', 'value'], [[k, f'`{v}`'] for k, v in sorted(trained['config'].items())])]
+    if eval_json:
+        lines += ['', f'## Perplexity (`eval_ppl.py`, {os.path.basename(eval_json)})', '',
+                  eval_table(read_results(eval_json, 'eval_ppl.py'))]
+    if gen_json:
+        lines += ['', f'## Sample quality (`gen_ppl.py`, {os.path.basename(gen_json)})', '',
+                  gen_table(read_results(gen_json, 'gen_ppl.py'))]
+    where = f'hf:{push}' if push else name
+    lines += ['', '## Use', '', 'With the ao-gpt code (`pip install -r requirements.txt`):', '', '```sh',
+              f'python sample.py --init_from={where}', f'python eval_ppl.py --init_from={where} --ensemble 8',
+              '```', '', '```python', 'from checkpoints import load_checkpoint',
+              f"model, config = load_checkpoint('{name}')  # safetensors and JSON: nothing is unpickled", '```', '']
+    return '\n'.join(lines)
+
+
+def upload(folder, repo):
+    """Push the folder to the Hub (creating the repo), or say in one line why it could not."""
+    try:
+        from huggingface_hub import HfApi
+        api = HfApi()
+        api.create_repo(repo, exist_ok=True)
+        api.upload_folder(folder_path=folder, repo_id=repo)
+    except Exception as e:  # the Hub raises many kinds (offline, auth, permissions)
+        fail(f'could not push {folder} to the Hub repo {repo} ({type(e).__name__}): check the network and '
+             f'`huggingface-cli login`; the folder is written and can be pushed again')
+    print(f'pushed {folder} to https://huggingface.co/{repo}')
+
+
+def main():
+    check_inputs()
+    path = find_checkpoint(init_from, out_dir)
+    model, checkpoint = read_checkpoint(path, 'cpu', use_ema)
+    config = folder_config(model, checkpoint, weights_read(checkpoint, use_ema))
+    save_folder(model, config, model_card(model, config, path, os.path.basename(os.path.normpath(out))), out)
+    print(f"wrote {out}: model.safetensors ({config['weights']} weights), config.json, README.md")
+    if push:
+        upload(out, push)
+
+
+if __name__ == '__main__':
+    configure(globals(), doc=__doc__)
+    main()

@@ -1,0 +1,140 @@
+"""export.py and model folders: a folder gives its checkpoint's logits, samples and perplexities for every kind
+(char and BPE), the authors' parity fixtures convert and keep their logits, nothing is unpickled, a bad folder
+or setting is one line, and the card quotes the JSONs it is given."""
+import json
+
+import pytest
+import torch
+
+from checkpoints import load_checkpoint
+from conftest import one_line_error, run_here, run_script, samples, says, train
+from fixtures.reference import load
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+@pytest.fixture(scope='module')
+def sigma_ckpt(workdir):
+    """out_dir of a tiny char-level sigma-GPT (its head tied to the embedding)."""
+    train(workdir, 'out-sigma', '--target_injection=add', '--max_iters=10', '--eval_interval=10')
+    return 'out-sigma'
+
+
+def export(workdir, *args):
+    run_here('export.py', *args, cwd=workdir)
+
+
+@torch.no_grad()
+def logits(model, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randint(model.config.vocab_size, (2, model.config.block_size))
+    if model.config.is_encoder:
+        return model.forward_masked(torch.where(torch.rand(x.shape) < 0.5, model.mask_id, x))
+    return model(x, torch.stack([torch.randperm(x.size(1)) for _ in x]))[0]
+
+
+@pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt', 'sigma_ckpt', 'bpe_ckpt'])
+def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kind):
+    out_dir = request.getfixturevalue(kind)
+    folder = f'{out_dir}-folder'
+    export(workdir, f'--out_dir={out_dir}', f'--out={folder}')
+    assert sorted(p.name for p in (workdir / folder).iterdir()) == ['README.md', 'config.json', 'model.safetensors']
+    ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
+    model, config = load_checkpoint(workdir / folder)
+    assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
+    if kind == 'sigma_ckpt':
+        assert model.lm_head.weight is model.transformer.wte.weight  # tied again, stored once
+    start = [] if kind == 'bpe_ckpt' else ['--start=RO']
+    order = '--order=ancestral' if kind == 'mdm_ckpt' else '--order=random'
+    outputs = [run_script('sample.py', f'--init_from={path}', '--num_samples=2', '--device=cpu', order, *start,
+                          cwd=workdir).stdout for path in (f'{out_dir}/ckpt.pt', folder)]
+    assert samples(outputs[0]) == samples(outputs[1]) and len(samples(outputs[0])) == 2
+
+
+def test_raw_weights_on_request_and_perplexities_as_the_checkpoints(workdir, char_ckpt):
+    export(workdir, f'--out_dir={char_ckpt}', '--out=raw-folder', '--use_ema=False')
+    raw, _ = load_checkpoint(workdir / char_ckpt / 'ckpt.pt', use_ema=False)
+    model, config = load_checkpoint(workdir / 'raw-folder')
+    assert config['weights'] == 'raw' and torch.equal(logits(model), logits(raw))
+    results = []
+    for path, name in ((f'{char_ckpt}/ckpt.pt', 'a.json'), ('raw-folder', 'b.json')):
+        run_here('eval_ppl.py', f'--init_from={path}', '--use_ema=False', '--max_chunks=3', '--ensemble=2',
+                 '--device=cpu', f'--out_json={name}', cwd=workdir)
+        [result] = json.loads((workdir / name).read_text())['results'].values()
+        results.append({k: v for k, v in result.items() if k != 'seconds'})
+    assert results[0] == results[1] and results[0]['ppl']
+
+
+def test_the_authors_checkpoints_convert_with_their_parity_logits(workdir):
+    for name, fixture, expected in (('authors.pt', load('ao_gpt'), 'expected_logits_ema'),
+                                    ('sigma.pt', load('sigma_gpt'), 'expected_logits')):
+        export(workdir, f'--init_from={name}', f'--out={name}-folder')
+        model, config = load_checkpoint(workdir / f'{name}-folder')
+        with torch.no_grad():
+            got, _ = model(fixture['inputs'], fixture['orders'])
+        torch.testing.assert_close(got, fixture[expected], atol=1e-4, rtol=0)
+        assert config['trained']['iterations'] is None or config['trained']['iterations'] >= 0
+
+
+def test_a_folder_is_read_without_unpickling(workdir, char_ckpt, monkeypatch):
+    export(workdir, f'--out_dir={char_ckpt}', '--out=plain-folder')
+    monkeypatch.setattr(torch, 'load', lambda *a, **k: pytest.fail('a model folder was unpickled'))
+    model, _ = load_checkpoint(workdir / 'plain-folder')
+    assert model.config.vocab_size == 65
+
+
+def test_the_card_quotes_the_jsons_and_says_what_trained_it(workdir, char_ckpt):
+    (workdir / 'ppl.json').write_text(json.dumps({'results': {'shakespeare_char': {
+        'chunks': 7, 'ppl': {'l2r': 7.5261, '1': 9.0001, '8': 8.98503}}}}))
+    (workdir / 'gen.json').write_text(json.dumps({'results': [
+        {'steps': 64, 'temperature': 0.7, 'top_p': 0.95, 'gen_ppl': 13.966, 'entropy': 2.6412, 'n': 32},
+        {'steps': None, 'temperature': 1.0, 'top_p': 1.0, 'gen_ppl': 31.88, 'entropy': 2.898, 'n': 32}]}))
+    export(workdir, f'--out_dir={char_ckpt}', '--out=card-folder', '--eval_json=ppl.json', '--gen_json=gen.json',
+           '--license=mit')
+    card = (workdir / 'card-folder' / 'README.md').read_text()
+    meta = card.split('---\n')[1]
+    says(meta, 'library_name: ao-gpt', 'license: mit', '- any-order', '- masked-diffusion', 'pipeline_tag')
+    says(card, '| shakespeare_char | 7 | 7.53 | 9.00 | 8.99 |', '| 64 | 0.7 | 0.95 | 13.97 | 2.641 | 32 |',
+         '| one token per step | 1.0 | 1.0 | 31.88 | 2.898 | 32 |', '30 iterations', 'AO-GPT',
+         'python sample.py --init_from=card-folder')
+    assert 'out_dir' not in card and str(workdir) not in card  # nothing of the machine it ran on
+
+
+@pytest.mark.parametrize('setup,args,parts', [
+    ('no_config', [], ('is a folder without a config.json', 'ckpt.pt')),
+    ('foreign', [], ("is not an AO-GPT model folder's", "format 'other'", 'export.py')),
+    ('not_json', [], ('config.json cannot be read as JSON',)),
+    ('no_weights', [], ('holds no model.safetensors',)),
+    ('other_size', [], ('model.safetensors does not fit', 'config.json')),
+])
+def test_a_bad_folder_is_one_line(workdir, char_ckpt, setup, args, parts):
+    folder = workdir / f'bad-{setup}'
+    export(workdir, f'--out_dir={char_ckpt}', f'--out={folder.name}')
+    config = json.loads((folder / 'config.json').read_text())
+    if setup == 'no_config':
+        (folder / 'config.json').unlink()
+    elif setup == 'foreign':
+        (folder / 'config.json').write_text(json.dumps(config | {'format': 'other'}))
+    elif setup == 'not_json':
+        (folder / 'config.json').write_text('{"format": ')
+    elif setup == 'no_weights':
+        (folder / 'model.safetensors').unlink()
+    else:  # a config of another size than its weights
+        config['model_args']['n_layer'] += 1
+        (folder / 'config.json').write_text(json.dumps(config))
+    says(one_line_error('sample.py', f'--init_from={folder.name}', '--device=cpu', *args, cwd=workdir), *parts)
+
+
+def test_bad_export_settings_are_one_line(workdir, char_ckpt):
+    (workdir / 'occupied').mkdir(exist_ok=True)
+    (workdir / 'occupied' / 'notes.txt').write_text('mine')
+    for args, parts in [([], ('--out names the model folder',)),
+                        (['--out=occupied'], ('--out=occupied exists and is not a model folder',)),
+                        (['--out=x', '--eval_json=none.json'], ('--eval_json=none.json', 'no such file')),
+                        (['--out=x', '--push=just-a-name'], ('--push=just-a-name', 'owner/repo'))]:
+        says(one_line_error('export.py', f'--out_dir={char_ckpt}', *args, cwd=workdir), *parts)
+    assert (workdir / 'occupied' / 'notes.txt').read_text() == 'mine'
+    # offline, a push fails in one line after the folder is written
+    says(one_line_error('export.py', f'--out_dir={char_ckpt}', '--out=pushed', '--push=owner/repo', cwd=workdir),
+         'could not push pushed', 'owner/repo', 'can be pushed again')
+    assert (workdir / 'pushed' / 'model.safetensors').is_file()
