@@ -6,6 +6,7 @@ what trained it) and README.md (a model card with the Hub's metadata).
     python export.py --out_dir=out-shakespeare-char --out=ao-gpt-shakespeare-char
     python export.py --init_from=path/to/authors_ckpt.pt --out=ao-gpt-small      # the authors' releases too
     python export.py --out_dir=out --out=ao-gpt --eval_json=ppl.json --gen_json=gen.json   # numbers in the card
+    python export.py --out_dir=out --out=ao-gpt --harness_json=results/<model>/results_<date>.json
     python export.py --out_dir=out --out=ao-gpt --push=owner/ao-gpt              # then upload it (network, token)
 
 Every script reads the folder wherever it reads a checkpoint (python sample.py --init_from=ao-gpt,
@@ -26,6 +27,7 @@ out = ''  # the model folder to write
 use_ema = True  # the EMA weights (False: the raw ones)
 eval_json = ''  # an eval_ppl.py --out_json whose perplexities the card quotes
 gen_json = ''  # a gen_ppl.py --out_json whose gen PPLs the card quotes
+harness_json = ''  # a results JSON of lm_eval_ao.py (--output_path) whose metrics the card quotes
 license = 'other'  # the card's license, a Hub license id (mit, apache-2.0, ...)
 push = ''  # owner/repo: upload the folder to the Hugging Face Hub
 # -----------------------------------------------------------------------------
@@ -42,7 +44,7 @@ def check_inputs():
     check_settings(globals(), {'license': (lambda v: v and ' ' not in v, 'a Hub license id such as mit')})
     if os.path.exists(out) and (not os.path.isdir(out) or set(os.listdir(out)) - set(FOLDER_FILES)):
         fail(f'--out={out} exists and is not a model folder written by export.py: name a new folder')
-    for key in ('eval_json', 'gen_json'):
+    for key in ('eval_json', 'gen_json', 'harness_json'):
         if globals()[key] and not os.path.isfile(globals()[key]):
             fail(f'--{key}={globals()[key]}: no such file')
     if push and push.count('/') != 1:
@@ -73,6 +75,18 @@ def gen_table(results):
     rows = [[str(r['steps'] or 'one token per step'), str(r['temperature']), str(r['top_p']),
              f"{r['gen_ppl']:.2f}", f"{r['entropy']:.3f}", str(r['n'])] for r in results]
     return table(head, rows)
+
+
+def harness_table(results):
+    """Markdown rows of the harness's metrics: each task's, with their standard errors."""
+    rows = []
+    for task, metrics in results.items():
+        for key, value in metrics.items():
+            name, _, kind = key.partition(',')
+            if kind and '_stderr' not in name and isinstance(value, (int, float)):
+                stderr = metrics.get(f'{name}_stderr,{kind}')
+                rows.append([task, name, f'{value:.4g}', f'{stderr:.2g}' if isinstance(stderr, (int, float)) else ''])
+    return table(['task', 'metric', 'value', 'stderr'], rows)
 
 
 def table(head, rows):
@@ -109,6 +123,9 @@ def model_card(model, config, source, name):
     if gen_json:
         lines += ['', f'## Sample quality (`gen_ppl.py`, {os.path.basename(gen_json)})', '',
                   gen_table(read_results(gen_json, 'gen_ppl.py'))]
+    if harness_json:
+        lines += ['', f'## lm-evaluation-harness (`lm_eval_ao.py`, {os.path.basename(harness_json)})', '',
+                  harness_table(read_results(harness_json, 'lm_eval_ao.py'))]
     where = f'hf:{push}' if push else name
     lines += ['', '## Use', '', 'With the ao-gpt code (`pip install -r requirements.txt`):', '', '```sh',
               f'python sample.py --init_from={where}', f'python eval_ppl.py --init_from={where} --ensemble 8',

@@ -1,8 +1,11 @@
 """export.py and model folders: a folder gives its checkpoint's logits, samples and perplexities for every kind
 (char and BPE), the authors' parity fixtures convert and keep their logits, nothing is unpickled, a bad folder
 or setting is one line, and the card quotes the JSONs it is given."""
+import contextlib
+import io
 import json
 
+import huggingface_hub
 import pytest
 import torch
 
@@ -22,6 +25,14 @@ def sigma_ckpt(workdir):
 
 def export(workdir, *args):
     run_here('export.py', *args, cwd=workdir)
+
+
+def run_here_output(workdir, script, *args):
+    """A script's stdout, run in this process (so a monkeypatch applies)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        run_here(script, *args, cwd=workdir)
+    return buffer.getvalue()
 
 
 @torch.no_grad()
@@ -76,6 +87,17 @@ def test_the_authors_checkpoints_convert_with_their_parity_logits(workdir):
         assert config['trained']['iterations'] is None or config['trained']['iterations'] >= 0
 
 
+def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeypatch):
+    export(workdir, f'--out_dir={char_ckpt}', '--out=hub-folder')
+    asked = []
+    fetch = lambda repo, allow_patterns: asked.append((repo, allow_patterns)) or str(workdir / 'hub-folder')
+    monkeypatch.setattr(huggingface_hub, 'snapshot_download', fetch)  # the Hub's download, offline
+    out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
+    local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
+    assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md'])]
+    assert samples(out) == samples(local) and samples(out)
+
+
 def test_a_folder_is_read_without_unpickling(workdir, char_ckpt, monkeypatch):
     export(workdir, f'--out_dir={char_ckpt}', '--out=plain-folder')
     monkeypatch.setattr(torch, 'load', lambda *a, **k: pytest.fail('a model folder was unpickled'))
@@ -89,13 +111,16 @@ def test_the_card_quotes_the_jsons_and_says_what_trained_it(workdir, char_ckpt):
     (workdir / 'gen.json').write_text(json.dumps({'results': [
         {'steps': 64, 'temperature': 0.7, 'top_p': 0.95, 'gen_ppl': 13.966, 'entropy': 2.6412, 'n': 32},
         {'steps': None, 'temperature': 1.0, 'top_p': 1.0, 'gen_ppl': 31.88, 'entropy': 2.898, 'n': 32}]}))
+    (workdir / 'harness.json').write_text(json.dumps({'results': {'lambada_openai_local': {
+        'alias': 'lambada_openai_local', 'acc,none': 0.25, 'acc_stderr,none': 0.0123, 'perplexity,none': 40.56789}}}))
     export(workdir, f'--out_dir={char_ckpt}', '--out=card-folder', '--eval_json=ppl.json', '--gen_json=gen.json',
-           '--license=mit')
+           '--harness_json=harness.json', '--license=mit')
     card = (workdir / 'card-folder' / 'README.md').read_text()
     meta = card.split('---\n')[1]
     says(meta, 'library_name: ao-gpt', 'license: mit', '- any-order', '- masked-diffusion', 'pipeline_tag')
     says(card, '| shakespeare_char | 7 | 7.53 | 9.00 | 8.99 |', '| 64 | 0.7 | 0.95 | 13.97 | 2.641 | 32 |',
-         '| one token per step | 1.0 | 1.0 | 31.88 | 2.898 | 32 |', '30 iterations', 'AO-GPT',
+         '| one token per step | 1.0 | 1.0 | 31.88 | 2.898 | 32 |', '| lambada_openai_local | acc | 0.25 | 0.012 |',
+         '| lambada_openai_local | perplexity | 40.57 |  |', '30 iterations', 'AO-GPT',
          'python sample.py --init_from=card-folder')
     assert 'out_dir' not in card and str(workdir) not in card  # nothing of the machine it ran on
 
