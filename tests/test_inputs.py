@@ -108,7 +108,7 @@ TRAIN = [
     (['--init_from=nowhere.pt'], ('checkpoint nowhere.pt not found',)),
     (['--init_from=bad/truncated.pt'], ('bad/truncated.pt', 'not a readable checkpoint')),
     (['--init_from=bad/notes.pt'], ('bad/notes.pt', 'not a readable checkpoint')),
-    (['--init_from=hf:own'], ('hf:own is not a Hub file name',)),
+    (['--init_from=hf:own'], ('hf:own is not a Hub name', 'hf:owner/repo for a model folder')),
     (['--out_dir=out-char'], ('out-char/ckpt.pt already exists',)),
     (['--init_from=out-bpe/ckpt.pt', '--out_dir=out-new'], ('reads GPT-2 BPE', 'shakespeare_char')),
     (['--init_from=resume', '--out_dir=out-bpe'], ('reads GPT-2 BPE', 'shakespeare_char')),
