@@ -126,8 +126,7 @@ def read_samples(path):
         if not (isinstance(tokens, list) and len(tokens) >= 2 and all(type(t) is int and t >= 0 for t in tokens)
                 and 'vocab' in r):
             fail(f'{path}, line {i}: not a sample written by gen_ppl.py (a "tokens" list of ids and a "vocab")')
-        known = r.pop('known', [])  # the key of samples written before 'known_positions'
-        known = r.setdefault('known_positions', known)
+        known = r.setdefault('known_positions', r.pop('known', []))  # 'known': the key of older samples
         if not (isinstance(known, list) and all(type(k) is int and 0 <= k < len(tokens) for k in known)):
             fail(f'{path}, line {i}: known_positions must list positions of its {len(tokens)} tokens, got {known!r}')
         if set(range(1, len(tokens))) <= set(known):

@@ -236,13 +236,13 @@ class AOGPTLM(LM):
     def score_pairs(self, pairs, desc):
         """(log p(continuation | context), is_greedy) of each (context, continuation) token pair; None is impossible."""
         results = [(-math.inf, False)] * len(pairs)
-        long = sum(pair is not None and len(pair[1]) > self.block_size for pair in pairs)
+        fit = {c: pair for c, pair in enumerate(pairs) if pair is not None and len(pair[1]) <= self.block_size}
+        long = sum(pair is not None for pair in pairs) - len(fit)
         if long:
             log.warning(f'ao-gpt: {long} of {len(pairs)} continuations are longer than block_size {self.block_size}, '
                         f'so no forward reads them whole: scored as impossible (log-likelihood -inf)')
         rows = [(c, (context + continuation)[-self.block_size:], len(continuation))
-                for c, (context, continuation) in enumerate(pair or ([], []) for pair in pairs)
-                if 0 < len(continuation) <= self.block_size]
+                for c, (context, continuation) in fit.items()]
         bar = tqdm(total=len(rows), desc=desc)
         for batch in self.batches(rows):
             if self.encoder:
