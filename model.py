@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 @dataclass
 class GPTConfig:
@@ -259,8 +260,22 @@ def build_model(config):
     return (MDM if config.is_encoder else GPT)(config)
 
 
+# cuDNN's attention builds a plan for each new shape (about 8 ms on an H200): it pays in training, whose shapes
+# repeat, and made cached decoding 5x slower there, where nearly every forward brings a new shape
+NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+ALL_BACKENDS = NO_CUDNN + [SDPBackend.CUDNN_ATTENTION]
+
+
 class Network(nn.Module):
-    """What the networks share: the rotary table, the init, the optimizer's parameter groups, the MFU estimate."""
+    """What the networks share: the blocks' loop, the rotary table, the init, the optimizer's parameter groups,
+    the MFU estimate."""
+
+    def run_blocks(self, h, c, cache=None, attn_mask=None, rope=None):
+        """h through every block, with cuDNN's attention in training only (NO_CUDNN)."""
+        with sdpa_kernel(ALL_BACKENDS if self.training else NO_CUDNN):
+            for block in self.transformer.h:
+                h = block(h, c, cache, attn_mask, rope)
+        return h
 
     def make_rotary(self):
         """One RoPE table for every layer (rotary encodings), computed per forward, not per layer."""
@@ -379,8 +394,7 @@ class GPT(Network):
         if cache is not None and attn_mask is None:
             S = tokens.size(1)
             attn_mask = torch.ones(S, cache.length + S, dtype=torch.bool, device=h.device).tril(cache.length)
-        for block in wt.h:
-            h = block(h, c, cache, attn_mask, rope)
+        h = self.run_blocks(h, c, cache, attn_mask, rope)
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
@@ -443,8 +457,7 @@ class MDM(Network):
             rope = (self.rotary(positions[None]),) * 2
         h = wt.drop(h)
         c = wt.wcond.weight.expand(B, T, -1)
-        for block in wt.h:
-            h = block(h, c, rope=rope)
+        h = self.run_blocks(h, c, rope=rope)
         if out_positions is not None:
             h = h.gather(1, out_positions.unsqueeze(-1).expand(-1, -1, h.size(-1)))
             c = c[:, :out_positions.size(1)]

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from benchmarks import load_tokens, paper_chunks
 from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
 from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, dataset_vocab,
-                    default_device, default_dtype, fail, find_checkpoint, one_of, read_checkpoint)
+                    default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb, read_checkpoint)
 from configurator import configure, setting_keys
 from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from training import ORDER_MODES, make_ema, make_fixed_order, training_inputs
@@ -555,6 +555,6 @@ while True:
         train_loss.zero_()
 
 if master_process:
-    print(f'done in {time.time() - start_time:.1f}s')
+    print(f'done in {time.time() - start_time:.1f}s, peak memory {peak_memory_mb(device):,.0f} MiB')
 if ddp:
     destroy_process_group()
