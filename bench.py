@@ -29,7 +29,8 @@ decoders with their KV cache (about flat in the steps), the encoder with a full 
 is timed once, after a warm-up, the models taking turns.
 speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`, 'auto' the k
 that --speculate=auto takes) against one token per step, the same samples' distribution: wall time
-(median round, taking turns as above), forwards per token and the share of drafts kept, for each
+(median round, taking turns as above), forwards per token, the share of drafts kept, the share of the
+time spent in the model's forwards and the speedup were the rest (sampling, bookkeeping) free, for each
 top_p of `speculate_top_p`, in random and left-to-right order, at batch 1 and batch `batch_size`, 4
 batches' worth of samples of `speculate_tokens` tokens drawn as gen_ppl.py draws them
 (speculatively, the rows take turns: a row that finishes starts the next sample); on a trained
@@ -342,7 +343,9 @@ def bench_speculation():
         print(f'speculative decoding: {what}, {model.get_num_params() / 1e6:.1f}M params, vocabulary {n_tokens:,}, '
               f'{T} tokens per sample, 4 batches of samples, {device} {dtype}; median of {rounds} rounds; one token '
               f'per step uses 1 forward per token')
-        print_table(['top_p', 'order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept'], rows)
+        print('  in forwards: the share of the time in the model; ceiling: the speedup were the rest free')
+        print_table(['top_p', 'order', 'batch', 'k', 'time', 'speedup', 'forwards/token', 'alone', 'kept',
+                     'in forwards', 'ceiling'], rows)
 
 
 def speculation_rows(model, n_tokens, T, sampling, order, batch):
@@ -359,12 +362,37 @@ def speculation_rows(model, n_tokens, T, sampling, order, batch):
     rows = []
     for name, k in ks.items():
         stats = Speculation()
-        run(k, stats)
+        share = forward_share(model, lambda: run(k, stats))
         s = stats.summary() if k else dict(tokens_per_forward=1, tokens_per_forward_alone=1)  # k=0: no drafts
         rows.append([sampling.top_p, order, batch, f'{name} ({k})' if name == 'auto' else k, f'{seconds[k]:.3f}s',
                      f'{seconds[0] / seconds[k]:.2f}x', f"{1 / s['tokens_per_forward']:.2f}",
-                     f"{1 / s['tokens_per_forward_alone']:.2f}", f"{100 * s['acceptance']:.0f}%" if k else '-'])
+                     f"{1 / s['tokens_per_forward_alone']:.2f}", f"{100 * s['acceptance']:.0f}%" if k else '-',
+                     f'{100 * share:.0f}%', f'{seconds[0] / (seconds[k] * share):.2f}x'])
     return rows
+
+
+def forward_share(model, fn):
+    """The share of fn()'s wall time spent in model.forward_slots (the rest: sampling and bookkeeping)."""
+    inner, own, spent = model.forward_slots, vars(model).get('forward_slots'), [0.0]  # own: a compiled forward
+
+    def timed(*args, **kwargs):
+        sync()
+        t0 = time.perf_counter()
+        out = inner(*args, **kwargs)
+        sync()
+        spent[0] += time.perf_counter() - t0
+        return out
+
+    model.forward_slots = timed
+    try:
+        t0 = time.perf_counter()
+        fn()
+        return spent[0] / (time.perf_counter() - t0)
+    finally:
+        if own is None:
+            del model.forward_slots  # the class's method again
+        else:
+            model.forward_slots = own
 
 
 BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,

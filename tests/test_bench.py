@@ -24,8 +24,10 @@ def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
     auto = {('random', '1'): 'auto(8)', ('random', '2'): 'auto(4)', ('l2r', '1'): 'auto(0)', ('l2r', '2'): 'auto(0)'}
     assert [tuple(r[:4]) for r in rows] == [(p, o, b, k) for p in ('1.0', '0.9') for o in ('random', 'l2r')
                                             for b in '12' for k in ('2', '8', auto[o, b])]
-    for r in rows:  # speedup, forwards per token in the batch and alone, drafts kept (none tested at k=0)
+    for r in rows:  # speedup, forwards per token in the batch and alone, drafts kept (none tested at k=0), the
+        # share of the time in the model's forwards, and the speedup were the rest free: at least the speedup
         assert r[5].endswith('x') and 0 < float(r[7]) <= float(r[6]) <= 1 and (r[8].endswith('%') or r[8] == '-')
+        assert 0 < float(r[9][:-1]) <= 100 and float(r[10][:-1]) >= float(r[5][:-1])
         assert (r[3] == 'auto(0)') == (r[6] == '1.00' and r[8] == '-')
 
 
