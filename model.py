@@ -260,8 +260,8 @@ def build_model(config):
     return (MDM if config.is_encoder else GPT)(config)
 
 
-# cuDNN's attention builds a plan for each new shape (about 8 ms on an H200): it pays in training, whose shapes
-# repeat, and made cached decoding 5x slower there, where nearly every forward brings a new shape
+# cuDNN's attention builds a plan for each new shape (about 8 ms on an H200): worth it in training, whose shapes
+# repeat, not in decoding and scoring, where nearly every forward has a new one (it made sampling 5x slower)
 NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 ALL_BACKENDS = NO_CUDNN + [SDPBackend.CUDNN_ATTENTION]
 
