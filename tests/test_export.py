@@ -44,7 +44,8 @@ def logits(model, seed=0):
     return model(x, torch.stack([torch.randperm(x.size(1)) for _ in x]))[0]
 
 
-@pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt', 'sigma_ckpt', 'bpe_ckpt'])
+@pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt', 'sigma_ckpt',
+                                  pytest.param('bpe_ckpt', marks=pytest.mark.needs('gpt2_bpe'))])  # sample.py decodes
 def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kind):
     out_dir = request.getfixturevalue(kind)
     folder = f'{out_dir}-folder'
