@@ -5,6 +5,7 @@ Speed figures as ratios, measured side by side in one run on the same model and 
     python bench.py --device=cuda --dtype=bfloat16 --compile=True --n_layer=12 --n_head=12 --n_embd=768 \\
         --block_size=1024 --batch_size=16
     python bench.py --run=speculate --checkpoint=out-shakespeare-char/ckpt.pt   # speculative decoding, trained
+    python bench.py --run=step --checkpoint=out-shakespeare-char/ckpt.pt        # eager against compiled steps
 
 training: tokens/s of whole training steps (order sampling, forward, backward, AdamW) with
 left-to-right orders ('l2r', a plain GPT) and with the any-order mix ('mixed', 90% random
@@ -18,6 +19,11 @@ sampling: sample.py's cached any-order sampler against the same model sampled en
 cache: every step runs the model over the whole decoded prefix), at block size `sample_block_size`
 for each of `sample_steps` (a comma list); then tokens/s of order=l2r vs random at
 one token per step, and the cost of order=confidence vs random at the smallest of `sample_steps`.
+step: decoding steps eager against compiled (engine.compile_decoding: static shapes, CUDA graphs on a GPU), one
+token per step in a random order, the last `step_tokens` positions of the block after a prompt of the rest, at each
+batch of `step_batches`, taking turns, with the first (compiling) call timed apart; beside them compiled speculative
+decoding (--speculate=auto's k, where it is not 0). On a trained `checkpoint` first, then on the bench's random model
+at block `sample_block_size`. --sync_check=True (CUDA) counts the host syncs of a compiled call.
 memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
 sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
 arch: the paper's architectures at the same size: AO-GPT (a decoder, target_injection=adaln), the
@@ -41,9 +47,11 @@ one's: give a trained `checkpoint`.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
+import copy
 import itertools
 import math
 import time
+import warnings
 
 import torch
 
@@ -51,7 +59,8 @@ from checkpoints import token_count
 from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, parse_list, peak_memory_mb,
                     print_table, read_checkpoint, reset_peak_memory)
 from configurator import configure
-from engine import Engine, Sampling, Speculation, auto_k, generate, generate_many, sample_tokens, step_sizes
+from engine import (Engine, Forward, Sampling, Speculation, auto_k, compile_decoding, generate, generate_many,
+                    sample_tokens, step_sizes)
 from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
 from training import training_inputs
@@ -69,14 +78,18 @@ batch_size = 4
 vocab_size = 50304
 train_steps = 4  # timed training steps per round
 rounds = 5
-run = 'train,eval,sample,memory,arch'  # which benchmarks, in order
+run = 'train,eval,sample,step,memory,arch'  # which benchmarks, in order
 sample_block_size = 1024
 sample_steps = '64,256,1024'
 speculate_k = '2,4,8,16,auto'  # speculate: the k to try ('auto': what --speculate=auto takes)
 speculate_top_p = '1.0,0.9'  # speculate: each top_p to sample with
 speculate_tokens = 256  # speculate: tokens per sample (at most the block)
-checkpoint = ''  # speculate: a trained checkpoint to decode with, before the bench's random model
+step_tokens = 256  # step: tokens decoded one per step, after a prompt of the rest of the block
+step_batches = '1,16'  # step: the batch sizes
+sync_check = False  # step, on CUDA: count the host syncs of a compiled call (at step_tokens and half as many steps)
+checkpoint = ''  # speculate and step: a trained checkpoint to decode with, before the bench's random model
 speculate_random = True  # speculate: the bench's random model too (False: the checkpoint only)
+arch_train = True  # arch: time the architectures' training too (False: their generation only)
 # -----------------------------------------------------------------------------
 
 
@@ -89,14 +102,17 @@ def check_inputs():
                          f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
         'speculate_k': (lambda v: all(s == 'auto' or (s.isdigit() and int(s) >= 1) for s in v.split(',')),
                         "a comma list of ints >= 1 and 'auto'"),
-        'speculate_tokens': at_least(1),
+        'speculate_tokens': at_least(1), 'step_tokens': at_least(1),
     })
     parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
     if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
         fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
-    if checkpoint and 'speculate' not in run.split(','):
-        fail(f'--checkpoint is read by --run=speculate only, and --run={run}: add speculate to --run or drop '
-             f'--checkpoint')
+    if checkpoint and not {'speculate', 'step'} & set(run.split(',')):
+        fail(f'--checkpoint is read by --run=speculate and --run=step only, and --run={run}: add one of them to '
+             f'--run or drop --checkpoint')
+    parse_list('step_batches', step_batches, int, at_least(1))
+    if sync_check and not device.startswith('cuda'):
+        fail('--sync_check counts what CUDA calls host syncs: it needs --device=cuda')
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)
@@ -231,6 +247,74 @@ def sample_uncached(model, x, n_steps, generator):
     return x
 
 
+def bench_steps():
+    """Decoding steps eager against compiled (engine.compile_decoding), one token per step in a random order, the
+    last step_tokens positions of a block after a prompt of the rest, at batch 1 and batch_size, taking turns; and
+    compiled speculative decoding (--speculate=auto) where it applies, against the eager step. On a trained
+    `checkpoint` first, then on the bench's random model at block sample_block_size (GPT-2's vocabulary by
+    default). Compiling happens in the first call, timed apart."""
+    models = [('random model', build(sample_block_size).eval(), vocab_size)]
+    if checkpoint:
+        models.insert(0, (checkpoint, *decoder_checkpoint()))
+    rows = []
+    for what, eager, n_tokens in models:
+        compiled = copy.deepcopy(eager)
+        compile_decoding(compiled)
+        T = eager.config.block_size
+        n = min(step_tokens, T)
+        known = torch.arange(T, device=device) < T - n
+        for batch in parse_list('step_batches', step_batches, int, at_least(1)):
+            def run(model, k=0, steps=n):
+                x = torch.zeros(batch, T, dtype=torch.long, device=device)
+                with autocast(device, dtype):
+                    generate(model, x, known | (torch.arange(T, device=device) >= T - n + steps), steps,
+                             generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k)
+                sync()
+            k = auto_k(eager, 'random', batch)
+            runs = {'eager': lambda: run(eager), 'compiled': lambda: run(compiled)}
+            if k:
+                runs['speculative'] = lambda: run(compiled, k)
+            first = {}
+            for name in ('compiled', 'speculative'):
+                if name in runs:
+                    t0 = time.perf_counter()
+                    runs[name]()  # compiles
+                    first[name] = time.perf_counter() - t0
+            ms = {name: 1e3 * s / n for name, s in median_seconds(runs).items()}
+            if sync_check:
+                print(f'{what}, batch {batch}: host syncs in a compiled call of {n} steps, of {n // 2} steps: '
+                      f'{count_syncs(lambda: run(compiled))}, {count_syncs(lambda: run(compiled, steps=n // 2))}')
+            rows.append([what, batch, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}", f"{ms['eager'] / ms['compiled']:.2f}x",
+                         f"{first['compiled']:.1f}s", f"{ms['speculative']:.3f} (k={k})" if k else '-',
+                         f"{ms['eager'] / ms['speculative']:.2f}x" if k else '-'])
+    print(f'decoding steps: {step_tokens} tokens (at most the block) one per step in a random order after a prompt, '
+          f'{device} {dtype}, ms a token, '
+          f'median of {rounds} rounds taking turns; compiled: engine.compile_decoding')
+    print_table(['model', 'batch', 'eager', 'compiled', 'speedup', 'first call (compiles)', 'speculative compiled',
+                 'vs eager'], rows)
+
+
+def count_syncs(fn):
+    """The host syncs CUDA sees in fn() (torch.cuda.set_sync_debug_mode's warnings)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter('always')
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+    return sum('synchronizing' in str(w.message) for w in seen)
+
+
+def decoder_checkpoint():
+    """The decoder of --checkpoint and its token count."""
+    model, stored = read_checkpoint(checkpoint, device)
+    if model.config.is_encoder:
+        fail(f'--checkpoint={checkpoint} is an encoder, and speculative decoding needs a decoder (the exact joint '
+             f'of an order in one forward): give a decoder checkpoint')
+    return model, token_count(stored, model.config.vocab_size)
+
+
 def bench_sampling():
     torch.manual_seed(seed)
     ctx = autocast(device, dtype)
@@ -293,13 +377,13 @@ def bench_architectures():
     """The architectures with the same layers and width: sigma-GPT has no adaLN and a tied head, the
     encoder no target-position embedding; all do the same attention and MLP work per token."""
     torch.manual_seed(seed)
-    models = {name: build(block_size, **kind) for name, kind in ARCHITECTURES.items()}
-    trainers = {name: trainer(model) for name, model in models.items()}
-    seconds = median_seconds({name: lambda run_steps=run_steps: run_steps('mixed', train_steps)
-                              for name, run_steps in trainers.items()})
-    tokens_per_sec = {name: train_steps * batch_size * block_size / s for name, s in seconds.items()}
+    if arch_train:
+        bench_architectures_training()
     T = sample_block_size
     samplers = {name: build(T, **kind).eval() for name, kind in ARCHITECTURES.items()}
+    if compile:
+        for model in samplers.values():
+            compile_decoding(model)
     known = torch.zeros(T, dtype=torch.bool, device=device)
 
     def sample(model, n_steps):
@@ -312,29 +396,38 @@ def bench_architectures():
 
     all_steps = [int(s) for s in sample_steps.split(',')]
     for model in samplers.values():
-        sample(model, min(all_steps))  # warm-up
+        for n_steps in all_steps if compile else all_steps[:1]:  # warm-up (compiled: each step count's graphs)
+            sample(model, n_steps)
     times = {n_steps: {name: sample(model, n_steps) for name, model in samplers.items()} for n_steps in all_steps}
-    print(f'architectures at n_layer={n_layer} n_head={n_head} n_embd={n_embd}, {device} {dtype}: training batch '
-          f'{batch_size} x {block_size} (mixed orders; the encoder: NELBO masks)')
-    print_table(['', 'params', 'train tok/s', 'vs AO-GPT'],
-                [[name, f'{model.get_num_params() / 1e6:.2f}M', f'{tokens_per_sec[name]:,.0f}',
-                  f"{tokens_per_sec[name] / tokens_per_sec['AO-GPT']:.2f}x"] for name, model in models.items()])
-    print(f'generation: batch {batch_size} x {T}, random order, wall time by steps (decoders with their KV cache, '
-          f'the encoder a full forward per step)')
+    print(f'generation at n_layer={n_layer} n_head={n_head} n_embd={n_embd}: batch {batch_size} x {T}, random order, '
+          f'wall time by steps (decoders with their KV cache, the encoder a full forward per step), {device} {dtype}'
+          f'{" compiled" if compile else ""}')
     print_table(['steps', *samplers, 'encoder / AO-GPT'],
                 [[n_steps, *(f'{s:.2f}s' for s in row.values()), f"{row['encoder MDM'] / row['AO-GPT']:.1f}x"]
                  for n_steps, row in times.items()])
 
 
+def bench_architectures_training():
+    """Training tok/s of the architectures (mixed orders; the encoder on its NELBO masks), taking turns."""
+    models = {name: build(block_size, **kind) for name, kind in ARCHITECTURES.items()}
+    trainers = {name: trainer(model) for name, model in models.items()}
+    seconds = median_seconds({name: lambda run_steps=run_steps: run_steps('mixed', train_steps)
+                              for name, run_steps in trainers.items()})
+    tokens_per_sec = {name: train_steps * batch_size * block_size / s for name, s in seconds.items()}
+    print(f'architectures at n_layer={n_layer} n_head={n_head} n_embd={n_embd}, {device} {dtype}: training batch '
+          f'{batch_size} x {block_size} (mixed orders; the encoder: NELBO masks)')
+    print_table(['', 'params', 'train tok/s', 'vs AO-GPT'],
+                [[name, f'{model.get_num_params() / 1e6:.2f}M', f'{tokens_per_sec[name]:,.0f}',
+                  f"{tokens_per_sec[name] / tokens_per_sec['AO-GPT']:.2f}x"] for name, model in models.items()])
+
+
 def bench_speculation():
     models = [('the random model', build(sample_block_size).eval(), vocab_size)] if speculate_random else []
     if checkpoint:
-        model, stored = read_checkpoint(checkpoint, device)
-        if model.config.is_encoder:
-            fail(f'--checkpoint={checkpoint} is an encoder, and speculative decoding needs a decoder (the exact joint '
-                 f'of an order in one forward): give a decoder checkpoint')
-        models.insert(0, (checkpoint, model, token_count(stored, model.config.vocab_size)))
+        models.insert(0, (checkpoint, *decoder_checkpoint()))
     for what, model, n_tokens in models:
+        if compile:
+            compile_decoding(model)
         T = min(speculate_tokens, model.config.block_size)
         rows = []
         for top_p, order, batch in itertools.product(map(float, speculate_top_p.split(',')), ('random', 'l2r'),
@@ -362,7 +455,7 @@ def speculation_rows(model, n_tokens, T, sampling, order, batch):
     rows = []
     for name, k in ks.items():
         stats = Speculation()
-        share = forward_share(model, lambda: run(k, stats))
+        share = forward_share(lambda: run(k, stats))
         s = stats.summary() if k else dict(tokens_per_forward=1, tokens_per_forward_alone=1)  # k=0: no drafts
         rows.append([sampling.top_p, order, batch, f'{name} ({k})' if name == 'auto' else k, f'{seconds[k]:.3f}s',
                      f'{seconds[0] / seconds[k]:.2f}x', f"{1 / s['tokens_per_forward']:.2f}",
@@ -371,31 +464,30 @@ def speculation_rows(model, n_tokens, T, sampling, order, batch):
     return rows
 
 
-def forward_share(model, fn):
-    """The share of fn()'s wall time spent in model.forward_slots (the rest: sampling and bookkeeping)."""
-    inner, own, spent = model.forward_slots, vars(model).get('forward_slots'), [0.0]  # own: a compiled forward
+def forward_share(fn):
+    """The share of fn()'s wall time spent in the decoding forwards (engine.Forward; the rest: sampling and
+    bookkeeping)."""
+    inner, spent = Forward.__call__, [0.0]
 
-    def timed(*args, **kwargs):
+    def timed(self, *args, **kwargs):
         sync()
         t0 = time.perf_counter()
-        out = inner(*args, **kwargs)
+        out = inner(self, *args, **kwargs)
         sync()
         spent[0] += time.perf_counter() - t0
         return out
 
-    model.forward_slots = timed
+    Forward.__call__ = timed
     try:
         t0 = time.perf_counter()
         fn()
         return spent[0] / (time.perf_counter() - t0)
     finally:
-        if own is None:
-            del model.forward_slots  # the class's method again
-        else:
-            model.forward_slots = own
+        Forward.__call__ = inner
 
 
-BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'memory': bench_memory,
+BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'step': bench_steps,
+           'memory': bench_memory,
            'arch': bench_architectures, 'speculate': bench_speculation}
 
 if __name__ == '__main__':

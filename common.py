@@ -290,7 +290,7 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
     top_p_mode='nucleus',  # 'nucleus' keeps the token that crosses top_p, 'authors' drops it (their sampler)
     sample_dtype='float64',  # precision of the sampling probabilities and CDF: 'float64' or 'float32'
     seed=1337,
-    compile=False,  # torch.compile the forward that decoding runs
+    compile=False,  # torch.compile each decoding step (static shapes; CUDA graphs on a GPU)
 )
 
 

@@ -32,66 +32,55 @@ TOP_P_MODES = ('nucleus', 'authors')
 
 
 class KVCache:
-    """Keys and values of the slots decoded so far, per layer, in buffers allocated once.
+    """Keys and values of each row's slots, per layer, in buffers of max_slots slots allocated once.
 
-    A forward with a cache writes the keys and values of all its new slots after the `length`
-    committed ones; `commit(n)` then keeps the first n of them. Slots written but not committed
-    (e.g. extra copies that only served as queries) are overwritten by the next forward.
+    lengths (B,), on the device, counts each row's committed slots. A forward places its new slots
+    after each row's committed ones (begin), writes their keys and values there (update) and
+    attends to the whole buffer, the slots it may not see hidden by its mask (mask); commit then
+    keeps the first new slots of each row. Every step has the same shapes whatever the lengths, so a
+    compiled step runs one graph without a host sync. Slots written but not committed (extra copies
+    that only served as queries) are overwritten by the next forward.
     """
 
     def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
-        shape = (config.n_layer, batch_size, config.n_head, max_slots, config.n_embd // config.n_head)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0
-
-    def update(self, layer, k, v):
-        end = self.length + k.size(2)
-        if end > self.k.size(3):
-            raise ValueError(f'KV cache overflow: {end} slots needed, {self.k.size(3)} allocated')
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
-
-    def commit(self, n, last=None):
-        """Keep the first n new slots; with last (B,), row b keeps new slot n-1+last[b] as its n-th.
-
-        `last` picks, after the forward, which of the copies that ended a decoding step goes on.
-        """
-        if last is not None:
-            rows = torch.arange(self.k.size(1), device=last.device)
-            src, dst = self.length + n - 1 + last, torch.full_like(last, self.length + n - 1)
-            for buf in (self.k, self.v):
-                buf[:, rows, :, dst] = buf[:, rows, :, src]
-        self.length += n
-
-
-class RowCache(KVCache):
-    """A KVCache whose rows hold different numbers of slots, as speculative decoding keeps a different
-    number of tokens in each row: row b's new slots go after its own lengths[b] committed ones.
-
-    begin(width) places the next forward's `width` new slots; its attention mask must then hide, in
-    each row, the slots past the row's own new ones (see speculate_mask).
-    """
-
-    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
-        super().__init__(config, batch_size, max_slots, device, dtype)
+        shape = (batch_size, max_slots, config.n_head, config.n_embd // config.n_head)
+        # one buffer per layer, written in place by index_put_ (a compiled step copies a buffer whole to scatter into
+        # a slice or a transpose of it); zeros, not empty: a hidden key still enters the attention scores
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.end = None  # the slots a forward attends: all, or the first `end` where the caller knows no row has more
 
     def begin(self, width):
-        index = self.lengths.unsqueeze(1) + torch.arange(width, device=self.lengths.device)  # (B, width)
-        self.end = int(self.lengths.max()) + width
-        if self.end > self.k.size(3):
-            raise ValueError(f'KV cache overflow: {self.end} slots needed, {self.k.size(3)} allocated')
-        self.index = index[:, None, :, None].expand(-1, self.k.size(2), -1, self.k.size(4))
+        """Place the next forward's `width` new slots after each row's committed ones."""
+        self.index = (torch.arange(self.lengths.size(0), device=self.lengths.device).unsqueeze(1),
+                      self.lengths.unsqueeze(1) + torch.arange(width, device=self.lengths.device))
 
     def update(self, layer, k, v):
-        self.k[layer].scatter_(2, self.index, k.to(self.k.dtype))
-        self.v[layer].scatter_(2, self.index, v.to(self.v.dtype))
-        return self.k[layer, :, :, :self.end], self.v[layer, :, :, :self.end]
+        """Write the new slots' keys and values (B, nh, width, hs); return the layer's, all max_slots of them."""
+        for buf, new in ((self.k[layer], k), (self.v[layer], v)):
+            buf.index_put_(self.index, new.transpose(1, 2).to(buf.dtype))
+        return self.k[layer][:, :self.end].transpose(1, 2), self.v[layer][:, :self.end].transpose(1, 2)
 
-    def commit(self, counts):
-        """Keep the first counts[b] (B,) new slots of each row."""
+    def mask(self, m, width, copies=0):
+        """(B, 1, width + copies, end or max_slots) attention of a forward's new slots: row b's m[b] (an int or (B,))
+        slots read in order, then padding to width (each seeing only itself), then `copies` more copies of
+        its last slot, which see what that slot sees but not each other; every slot sees the row's
+        committed slots and no other."""
+        S, dev = width + copies, self.lengths.device
+        t = (torch.arange(self.end or self.k[0].size(1), device=dev) - self.lengths.unsqueeze(1)).unsqueeze(1)  # place among new
+        s = torch.arange(S, device=dev).view(1, S, 1)
+        m = m.view(-1, 1, 1) if torch.is_tensor(m) else m
+        return ((t < 0) | (t == s) | ((s < m) & (t <= s)) | ((s >= width) & (t < m - 1))).unsqueeze(1)
+
+    def commit(self, counts, last=None):
+        """Keep the first counts (an int, or (B,) per row) new slots of each row; with last (B,), row b
+        keeps new slot counts-1+last[b] as its last, which picks after the forward the copy that goes on."""
+        if last is not None:
+            rows = torch.arange(last.size(0), device=last.device)
+            dst = self.lengths + counts - 1
+            for buf in self.k + self.v:
+                buf[rows, dst] = buf[rows, dst + last]
         self.lengths += counts
 
 
@@ -101,21 +90,69 @@ def cache_place(model):
     return p.device, torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
 
 
+def step_forward(model, cache, tokens, positions, targets):
+    """Engine.step's forward: logits (B, k, V) of the k targets (B, k) after the new slots tokens,
+    positions (B, m); the last slot runs once per target (its copies see what it sees)."""
+    B, m = positions.shape
+    k = targets.size(1)
+    tok = torch.cat([tokens, tokens[:, -1:].expand(B, k - 1)], 1)
+    pos = torch.cat([positions, positions[:, -1:].expand(B, k - 1)], 1)
+    tgt = torch.cat([positions[:, 1:], targets], 1)
+    queries = torch.arange(m - 1, m + k - 1, device=tok.device).expand(B, k)  # no logits for the other slots
+    return model.forward_slots(tok, pos, tgt, cache, cache.mask(m, m, k - 1), out_slots=queries)
+
+
+class Forward:
+    """A decoding loop's forwards fn(model, cache, *args) (step_forward, speculative_forward, or the encoder's
+    masked_forward with no cache), compiled if compile_decoding(model) compiled fn.
+
+    Compiled, each set of argument shapes gets its graph once. Dynamo checks all its guards the first time a
+    set comes, then only those that tell its graphs apart (skip_guard_eval_unsafe): within one loop nothing
+    else can change, and the guards cost about 0.1 ms a forward on a CPU. On a GPU the graphs replay as CUDA
+    graphs, which write the cache where it is (a static address) and overwrite their output at the next replay.
+    """
+
+    def __init__(self, model, cache, fn, compiled=True):
+        self.model, self.cache, self.fn = model, cache, fn
+        self.compiled = getattr(model, 'compiled', {}).get(fn) if compiled else None
+        self.graphs = self.compiled is not None and next(model.parameters()).is_cuda
+        if self.graphs and cache is not None:
+            for buf in cache.k + cache.v:
+                torch._dynamo.mark_static_address(buf)
+        self.seen = set()
+
+    def __call__(self, *args, eager=False):
+        """fn's output; eager=True runs it uncompiled, attending only to the first cache.end slots."""
+        if eager or self.compiled is None:
+            return self.fn(self.model, self.cache, *args)
+        if self.cache is not None:
+            self.cache.end = None  # a graph attends to every slot, so that its shapes never change
+        key = tuple((a.shape, a.stride(), a.dtype) if torch.is_tensor(a) else a for a in args)
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=key in self.seen):
+            out = self.compiled(self.model, self.cache, *args)
+        self.seen.add(key)
+        return out.clone() if self.graphs else out
+
+
 class Engine:
     """Cached any-order decoding of a batch of batch_size rows, up to max_slots slots each.
 
     The cache holds keys and values in the autocast dtype when autocast is on where the engine is
-    made, else in the model's dtype.
+    made, else in the model's dtype. After compile_decoding(model) each step runs compiled: one graph
+    per step shape (new slots, targets), whatever the cache holds.
     """
 
-    def __init__(self, model, batch_size, max_slots):
-        self.model = model
+    def __init__(self, model, batch_size, max_slots, compiled=True):
         self.cache = KVCache(model.config, batch_size, max_slots, *cache_place(model))
-        self.new = 0  # slots of the last step, not yet accepted
+        self.forward = Forward(model, self.cache, step_forward, compiled)
+        self.length, self.new = 0, 0  # slots committed (the same in every row), and of the last step
 
     def reset(self):
         """Forget every slot: the next step starts a new sequence."""
-        self.cache.length, self.new = 0, 0
+        self.cache.lengths.zero_()
+        self.length, self.new = 0, 0
 
     def step(self, tokens, positions, targets):
         """Logits (B, k, V) for each target position in targets (B, k).
@@ -126,23 +163,19 @@ class Engine:
         and these copies see the cache, the other new slots and themselves only, so every target is
         predicted from the same context. Then accept() keeps the slots.
         """
-        B, m = positions.shape
-        k = targets.size(1)
-        tok = torch.cat([tokens, tokens[:, -1:].expand(B, k - 1)], 1)
-        pos = torch.cat([positions, positions[:, -1:].expand(B, k - 1)], 1)
-        tgt = torch.cat([positions[:, 1:], targets], 1)
-        S, L = m + k - 1, self.cache.length
-        mask = torch.ones(S, L + S, dtype=torch.bool, device=tok.device).tril(L)
-        mask[m:, L + m - 1:] = torch.eye(S, dtype=torch.bool, device=tok.device)[m:, m - 1:]
-        queries = torch.arange(m - 1, S, device=tok.device).expand(B, k)  # no logits for the other slots
-        self.new = m
-        return self.model.forward_slots(tok, pos, tgt, self.cache, mask, out_slots=queries)
+        self.new = positions.size(1)
+        end = self.length + self.new + targets.size(1) - 1
+        if end > self.cache.k[0].size(1):
+            raise ValueError(f'KV cache overflow: {end} slots needed, {self.cache.k[0].size(1)} allocated')
+        self.cache.end = end
+        # the first step reads the prompt, whose length varies between calls: eager, not a graph per prompt
+        return self.forward(tokens, positions, targets, eager=self.length == 0)
 
     def accept(self, last=None):
         """Keep the last step's slots, with the copy of row b's last slot whose target is decoded
         next: copy last[b] (B,), or copy 0 if last is None."""
         self.cache.commit(self.new, last)
-        self.new = 0
+        self.length, self.new = self.length + self.new, 0
 
 
 class EncoderEngine:
@@ -154,29 +187,34 @@ class EncoderEngine:
     """
 
     def __init__(self, model, batch_size, length):
-        self.model = model
+        self.mask_id = model.mask_id
         device = next(model.parameters()).device
         self.canvas = torch.full((batch_size, length + 1), model.mask_id, device=device)
+        self.forward = Forward(model, None, masked_forward)
 
     def reset(self):
-        self.canvas.fill_(self.model.mask_id)
+        self.canvas.fill_(self.mask_id)
 
     def step(self, tokens, positions, targets):
         """Logits (B, k, V) for targets (B, k), once the tokens (B, m) are written at their positions (B, m)."""
         self.canvas.scatter_(1, positions + 1, tokens)
-        return self.model.forward_masked(self.canvas[:, 1:], out_positions=targets)
+        return self.forward(self.canvas[:, 1:], targets)
 
     def accept(self, last=None):
         """Nothing to keep: the canvas holds every token the steps were given."""
 
 
-def make_engine(model, batch_size, length):
-    """The engine that decodes rows of `length` tokens with `model`: the encoder's or the cached decoder's."""
+def masked_forward(model, cache, z, positions):
+    """The encoder's decoding forward: logits (B, Q, V) at positions (B, Q) of z (B, T); no cache."""
+    return model.forward_masked(z, out_positions=positions)
+
+
+def make_engine(model, batch_size, length, compiled=True):
+    """The engine that decodes rows of `length` tokens with `model`: the encoder's or the cached decoder's, whose
+    steps run compiled if compile_decoding(model) ran and `compiled`."""
     if model.config.is_encoder:
         return EncoderEngine(model, batch_size, length)
-    # one slot more than decoding fills: a compiled forward then never sees a full cache, a case of
-    # its own that it would compile again for
-    return Engine(model, batch_size, length + 1)
+    return Engine(model, batch_size, length + 1, compiled)
 
 
 def check_order(model, order, speculate=0):
@@ -204,9 +242,22 @@ def auto_k(model, order, batch_size):
 
 
 def compile_forward(model):
-    """torch.compile the forward that decoding runs, with dynamic shapes (the steps vary in size)."""
+    """torch.compile the forward that scoring runs, with dynamic shapes (the chunks' slots vary in number)."""
     name = 'forward_masked' if model.config.is_encoder else 'forward_slots'
     setattr(model, name, torch.compile(getattr(model, name), dynamic=True))
+
+
+def compile_decoding(model):
+    """torch.compile what each decoding step runs, with static shapes (model.compiled, which Forward runs): the
+    decoder's step_forward and speculative_forward, the encoder's masked_forward (its canvas is fixed). One graph
+    per step shape, whatever the cache holds; on a GPU replayed as a CUDA graph (mode 'reduce-overhead'), with no
+    launch per operation."""
+    cuda = next(model.parameters()).is_cuda
+    # on a CPU the graph's wrapper in C++ (cpp_wrapper) saves about 0.1 ms a step of Python
+    options = dict(mode='reduce-overhead') if cuda else dict(options={'cpp_wrapper': True})
+    options |= dict(dynamic=False, fullgraph=True)
+    forwards = (masked_forward,) if model.config.is_encoder else (step_forward, speculative_forward)
+    model.compiled = {fn: torch.compile(fn, **options) for fn in forwards}
 
 
 @dataclass(frozen=True)
@@ -356,7 +407,8 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     B, T = x.shape
     masked = decoding_orders((~known).nonzero().squeeze(1), B, order, generator)  # confidence: reordered below
     given = known.nonzero().squeeze(1).expand(B, -1)
-    engine = make_engine(model, B, T)
+    # order=confidence scores every masked position each step, a width that shrinks: a graph per step, so eager
+    engine = make_engine(model, B, T, compiled=order != 'confidence')
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
     for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
@@ -367,8 +419,8 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
             targets = candidates.gather(1, pick)
             logits = logits.gather(1, pick.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
             engine.accept(last=pick[:, 0])
-            rest = torch.ones_like(masked, dtype=torch.bool).scatter(1, pick, False)
-            masked = masked[rest].view(B, -1)
+            rest = torch.ones_like(masked, dtype=torch.int).scatter(1, pick, 0)  # the rest, in order (no sync)
+            masked = masked.gather(1, rest.argsort(dim=1, descending=True, stable=True)[:, :masked.size(1) - k])
         else:
             targets, masked = candidates, masked[:, k:]
             engine.accept()
@@ -422,7 +474,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     instead, and the drafts after it, drawn independently of it, are tested by the next forward against
     their q. Kept slots stay in the cache as written; a row that kept every draft drafts again from the
     same forward's copies. Each row keeps its own number of tokens per forward
-    in its own cache length (RowCache). stats (a Speculation), if given, adds up what was done.
+    in its own cache length (KVCache.lengths). stats (a Speculation), if given, adds up what was done.
     k is capped at the unknown positions: more drafts than that could never be read.
     count > B: draw count samples and return them (count, T) with their orders, x's rows taking turns: a
     row that finishes hands in its sample and starts the next one on its own prompt, so the
@@ -455,37 +507,30 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     sample_of, next_sample = torch.arange(B, device=dev), B  # the sample each row draws; the next one to start
     forwards, work = 0, torch.zeros(3, dtype=torch.long, device=dev)  # rows live, drafts tested and kept, summed
     report = trace and (lambda rows, *law: trace(sample_of[rows], *law))
-    cache = RowCache(model.config, B, total + spare, *cache_place(model))
+    cache = KVCache(model.config, B, total + spare, *cache_place(model))
     read = torch.zeros(B, dtype=torch.long, device=dev)  # slots of seq in the cache
     decided = torch.full((B,), 1 + g, device=dev)  # positions of seq whose token is final
     drafted = torch.zeros_like(read)  # drafts after them, to be tested by the next forward
     # the pending drafts' logits (B, k - 1, V), q of each drafted token (B, k - 1), and the read-order place
     # they were drawn after (B,): the last position of their context
     q_logits = q_drawn = drawn_after = None
-    copies = torch.arange(1, k, device=dev)
     bar = tqdm(total=count * n, disable=not progress, desc='tokens')
-    while (live := decided < total).any():
-        m = torch.where(live, decided + drafted - read, 0)  # each row's new slots: 1 (or the prompt), then drafts
-        width = int(m.max())  # the new slots of the longest row; the others are padded to it
-        last = (m - 1).clamp(min=0).unsqueeze(1)
-        col = torch.arange(width, device=dev)
-        real = col < m.unsqueeze(1)
-        index = read.unsqueeze(1) + col
-        positions = torch.where(real, seq.gather(1, index), -1)
-        targets = torch.where(real, seq.gather(1, index + 1), -1)
-        positions = torch.cat([positions, positions.gather(1, last).expand(B, k - 1)], 1)
-        targets = torch.cat([targets, torch.where(live.unsqueeze(1), seq.gather(1, (read + m).unsqueeze(1) + copies),
-                                                  -1)], 1)
-        cache.begin(width + k - 1)
-        P = min(width, k) - 1 if drafted.any() else 0  # slots that test drafts (a row reading its prompt tests none)
-        out = torch.cat([torch.arange(P, device=dev).expand(B, P), last, width - 1 + copies.expand(B, k - 1)], 1)
-        logits = model.forward_slots(x.gather(1, positions.clamp(min=0)), positions, targets, cache,
-                                     speculative_mask(cache, m, width, k), out_slots=out)[..., :n_tokens]
+    forward = Forward(model, cache, speculative_forward)
+    reading_prompt = True  # a row reads its whole prompt in this forward: the first, or one after a row restarted
+    while (live := decided < total).any():  # the loop's one host sync (on a GPU: one per forward)
+        # each row's new slots: 1 (or its prompt), then its drafts, at most k: one width, one graph
+        width = max(k, 1 + g) if reading_prompt else k
+        tests = 0 if forwards == 0 else k - 1  # slots that test drafts (none are pending in the first forward)
+        m = torch.where(live, decided + drafted - read, 0)
+        eager = forward.compiled is None or reading_prompt  # a prompt's length varies between calls: no graph
+        if eager:  # attending to the slots filled so far is cheaper than to all
+            cache.end = int(cache.lengths.max()) + width + k - 1
+        logits = forward(x, seq, read, m, live, width, k, tests, eager=eager)[..., :n_tokens]
         kept = torch.zeros_like(read)
         rejected = torch.zeros_like(live)
-        if P:
-            kept, rejected = verify_drafts(x, seq, logits[:, :P], q_logits[:, :P], q_drawn[:, :P], read, decided,
-                                           drafted, drawn_after, sampling, generator, report)
+        if tests:
+            kept, rejected = verify_drafts(x, seq, logits[:, :tests], q_logits, q_drawn, read, decided, drafted,
+                                           drawn_after, sampling, generator, report)
         counts = torch.where(live, decided - read + kept, 0)
         cache.commit(counts)
         read += counts
@@ -497,18 +542,18 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         u = torch.rand((B, k), generator=generator, device=dev, dtype=sampling.dtype)
         # only the drafts drawn are filtered: q of a row that rejected, or past its last position, is never used
         rows, j = (torch.arange(k, device=dev) < drafts.unsqueeze(1)).nonzero(as_tuple=True)
-        q = sampling_probs(logits[rows, P + j], sampling)
+        q = sampling_probs(logits[rows, tests + j], sampling)
         tokens = inverse_cdf(q, u[rows, j].unsqueeze(1))
         if report:  # draft j is drawn from its law given the decided positions
             report(rows, decided[rows] - 1, decided[rows] - 1 + j, q)
         x[rows, seq[rows, decided[rows] + j]] = tokens.squeeze(1)
         drawn = torch.zeros(B, k, dtype=q.dtype, device=dev)
         drawn[rows, j] = q.gather(1, tokens).squeeze(1)
-        if P:  # a row with survivors keeps their q, shifted past its rejected draft
-            shift = (kept + 1).unsqueeze(1) + torch.arange(k - 1, device=dev)
-            old_logits = q_logits.gather(1, shift.clamp(max=P - 1).unsqueeze(-1).expand(-1, -1, logits.size(-1)))
-            q_logits = torch.where(rejected.view(B, 1, 1), old_logits, logits[:, P + 1:])
-            q_drawn = torch.where(rejected.unsqueeze(1), q_drawn.gather(1, shift.clamp(max=P - 1)), drawn[:, 1:])
+        if tests:  # a row with survivors keeps their q, shifted past its rejected draft
+            shift = ((kept + 1).unsqueeze(1) + torch.arange(k - 1, device=dev)).clamp(max=k - 2)
+            old_logits = q_logits.gather(1, shift.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
+            q_logits = torch.where(rejected.view(B, 1, 1), old_logits, logits[:, tests + 1:])
+            q_drawn = torch.where(rejected.unsqueeze(1), q_drawn.gather(1, shift), drawn[:, 1:])
             drawn_after = torch.where(rejected, drawn_after, decided - 1)
         else:
             q_logits, q_drawn, drawn_after = logits[:, 1:], drawn[:, 1:], decided - 1
@@ -516,6 +561,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         drafted = torch.where(draft, (drafts - 1).clamp(min=0), survivors)
         forwards += 1
         work += torch.stack([live.sum(), (kept + rejected).sum(), kept.sum()])  # on the device: no sync
+        reading_prompt = False
         if count > B:  # the rows that finished hand in their samples and start the next ones
             for r in (live & (decided == total)).nonzero().squeeze(1).tolist():
                 samples[sample_of[r]], orders[sample_of[r]] = x[r], seq[r, 1 + g:total]
@@ -523,6 +569,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
                     seq[r, 1 + g:total] = decoding_orders(unknown, 1, order, generator)[0]
                     read[r], decided[r], cache.lengths[r] = 0, 1 + g, 0
                     sample_of[r], next_sample = next_sample, next_sample + 1
+                    reading_prompt = True
         if progress:
             bar.update((next_sample - B) * n + int((decided - 1 - g).sum()) - bar.n)
     bar.close()
@@ -537,24 +584,32 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     return samples, seq[:, 1 + g:total] if count == B else orders
 
 
+def speculative_forward(model, cache, x, seq, read, m, live, width, k, tests):
+    """The logits (B, tests + k, V) of a speculative forward: row b reads its m[b] (B,) new slots, positions
+    seq[b, read[b]:] (then padding to width), and k - 1 copies of its last slot; out come its first `tests`
+    new slots (which test its drafts), the last, and the copies, which target the next positions."""
+    B, dev = x.size(0), x.device
+    last = (m - 1).clamp(min=0).unsqueeze(1)
+    col = torch.arange(width, device=dev)
+    real = col < m.unsqueeze(1)
+    index = read.unsqueeze(1) + col
+    positions = torch.where(real, seq.gather(1, index), -1)
+    targets = torch.where(real, seq.gather(1, index + 1), -1)
+    copies = torch.arange(1, k, device=dev)
+    positions = torch.cat([positions, positions.gather(1, last).expand(B, k - 1)], 1)
+    targets = torch.cat([targets, torch.where(live.unsqueeze(1), seq.gather(1, (read + m).unsqueeze(1) + copies), -1)],
+                        1)
+    out = torch.cat([torch.arange(tests, device=dev).expand(B, tests), last, width - 1 + copies.expand(B, k - 1)], 1)
+    return model.forward_slots(x.gather(1, positions.clamp(min=0)), positions, targets, cache,
+                               cache.mask(m, width, k - 1), out_slots=out)
+
+
 def decoding_orders(unknown, rows, order, generator):
     """(rows, n): the unknown positions (n,) in each row's decoding order: random, else left to right."""
     orders = unknown.expand(rows, -1)
     if order == 'random':
         orders = orders.gather(1, torch.rand(orders.shape, generator=generator, device=unknown.device).argsort(1))
     return orders
-
-
-def speculative_mask(cache, m, width, k):
-    """(B, 1, S, end) attention of a speculative forward's S = width + k - 1 new slots: row b's m[b] slots
-    read in order (then padding to width, each seeing only itself), then k - 1 more copies of its last
-    slot, which see what that slot sees but not each other; every slot sees the row's cache."""
-    S = width + k - 1
-    # each key's place among the row's new slots (negative: in its cache)
-    t = (torch.arange(cache.end, device=m.device) - cache.lengths.unsqueeze(1)).unsqueeze(1)
-    s = torch.arange(S, device=m.device).view(1, S, 1)
-    mm = m.view(-1, 1, 1)
-    return ((t < 0) | (t == s) | ((s < mm) & (t <= s)) | ((s >= width) & (t < mm - 1))).unsqueeze(1)
 
 
 def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, drawn_after, sampling, generator,
@@ -618,12 +673,13 @@ def ancestral(model, x, known, steps, sampling=Sampling(), *, schedule='linear',
     t = masking_times(steps, schedule, torch.float64).tolist()
     t[-1] = 0.0  # float64 cos(pi/2) is not quite 0; the last step reveals all that remain
     logits = None  # the last forward's, while no token has changed since
+    forward = Forward(model, None, masked_forward)
     for i in tqdm(range(steps), disable=not progress, desc='steps'):
         u = torch.rand(masked.shape, generator=generator, device=x.device, dtype=torch.float64)
         reveal = hidden & (u < (t[i] - t[i + 1]) / t[i])
         changed = bool(reveal.any())
         if not reuse_forward or (changed and logits is None):
-            logits = model.forward_masked(x, out_positions=masked)[..., :n_tokens]
+            logits = forward(x, masked)[..., :n_tokens]
         if changed:
             rows, cols = reveal.nonzero(as_tuple=True)
             x[rows, masked[rows, cols]] = sample_tokens(logits[rows, cols], sampling, generator)

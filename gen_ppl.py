@@ -46,7 +46,7 @@ from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, c
                     int_at_least, load_tokenizer, parse_list, print_table, prompt_tokens, read_checkpoint, read_jsonl,
                     sampling_options, same_vocab, speculation_k)
 from configurator import configure
-from engine import Speculation, compile_forward, generate_many
+from engine import Speculation, compile_decoding, generate_many
 from scoring import load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def read_samples(path):
 def sample_grid(model, checkpoint, path, decode, ids, known, points):
     """Every grid point's samples as records, written to samples_out as they come."""
     if compile:
-        compile_forward(model)
+        compile_decoding(model)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
                   confidence=confidence, speculate=speculate, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size),

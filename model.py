@@ -134,6 +134,11 @@ def rotate(x, turn):
     return x * cos.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin.to(x.dtype)
 
 
+def attend(q, k, v, mask):
+    scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
+    return scores.masked_fill(~mask, -math.inf).softmax(-1).to(v.dtype) @ v
+
+
 class SelfAttention(nn.Module):
     """Causal for a decoder (each slot sees the slots before it), full for the encoder."""
 
@@ -160,8 +165,11 @@ class SelfAttention(nn.Module):
             q, k = rotate(q, rope[0]), rotate(k, rope[1])
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
-                                           dropout_p=self.attn_dropout if self.training else 0.0)
+        if cache is not None and torch.compiler.is_compiling():
+            y = attend(q, k, v, attn_mask)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
+                                               dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, S, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -371,8 +379,9 @@ class GPT(Network):
         tokens, positions, targets: (B, S). A slot holds `tokens` at original position `positions`
         (-1 marks the start slot, whose token is ignored) and predicts position `targets` (-1: no
         target, zero condition). With a KVCache the slots also attend to the cached ones.
-        attn_mask: bool, broadcastable to (B, n_head, S, cache.length + S), True where a slot may
-        attend; default causal (all cached slots, then the new slots in order).
+        attn_mask: bool, broadcastable to (B, n_head, S, S) or with a cache to (B, n_head, S, its
+        max_slots), True where a slot may attend; default causal (a row's committed slots, then the
+        new slots in order).
         out_slots: optional (B, Q) slot indices; only these go through the head, which saves
         most of the work and memory when few slots are queries (as in ensembled evaluation).
         Returns logits (B, S, V), or (B, Q, V) with out_slots.
@@ -391,9 +400,10 @@ class GPT(Network):
         if not adaln:
             h = h + c
         h = wt.drop(h)
-        if cache is not None and attn_mask is None:
+        if cache is not None:  # the new slots go after each row's committed ones
             S = tokens.size(1)
-            attn_mask = torch.ones(S, cache.length + S, dtype=torch.bool, device=h.device).tril(cache.length)
+            cache.begin(S)
+            attn_mask = cache.mask(S, S) if attn_mask is None else attn_mask
         h = self.run_blocks(h, c, cache, attn_mask, rope)
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)

@@ -33,7 +33,7 @@ from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, c
                     check_settings, check_steps, default_device, default_dtype, find_checkpoint, int_at_least,
                     load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options, speculation_k)
 from configurator import configure
-from engine import Speculation, compile_forward, generate
+from engine import Speculation, compile_decoding, generate
 
 # -----------------------------------------------------------------------------
 globals().update(SAMPLING_SETTINGS)  # init_from, out_dir, start, infill, order, steps, temperature, ... (common.py)
@@ -61,7 +61,7 @@ def main():
     n_steps = check_steps(steps, known.count(False), order, speculate)
 
     if compile:
-        compile_forward(model)
+        compile_decoding(model)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table

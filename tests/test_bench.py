@@ -1,5 +1,12 @@
 """bench.py runs end to end at toy sizes and prints its tables (the figures themselves are the README's)."""
-from conftest import run_script
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT, run_script, synthetic_gpt2_ids
 
 
 def test_arch_compares_the_three_architectures(tmp_path, one_thread):
@@ -39,3 +46,33 @@ def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
     for positions in ('learned', 'rotary'):  # tok/s left to right and mixed, then the any-order overhead
         assert float(rows[positions][1].replace(',', '')) > 0 and rows[positions][3].endswith('%'), out
     assert 'rotary cost' in out, out
+
+
+def test_step_compares_eager_and_compiled(tmp_path, one_thread):
+    out = run_script('bench.py', '--run=step', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
+                     '--vocab_size=50', '--sample_block_size=16', '--sample_steps=16', '--step_tokens=8',
+                     '--step_batches=1,2', '--rounds=1', cwd=tmp_path).stdout
+    lines = out.splitlines()
+    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith('model')) + 1:]]
+    # 'random model': eager and compiled ms a token, the speedup, the compile's first call
+    assert [r[2] for r in rows] == ['1', '2'] and all(r[5].endswith('x') and r[6].endswith('s') for r in rows), out
+    # speculative decoding compiled, auto's k: 8 for one row, 4 for a batch (50 tokens: a small vocabulary)
+    assert [r[8] for r in rows] == ['(k=8)', '(k=4)'] and all(r[9].endswith('x') for r in rows), out
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run(tmp_path, workdir):
+    # the GPU check's every step, on the CPU at tiny sizes (SMALL=1), in a copy of the repo whose data are the
+    # suite's synthetic play (characters) and synthetic GPT-2 ids (BPE): the report says each ended well
+    root = tmp_path / 'repo'
+    shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns('.git', 'out*', 'tests', 'docs', '__pycache__', '*.bin',
+                                                              'meta.pkl', 'input.txt', 'wandb'))
+    shutil.copytree(workdir / 'data' / 'shakespeare_char', root / 'data' / 'shakespeare_char', dirs_exist_ok=True)
+    for split in ('train', 'val'):
+        synthetic_gpt2_ids(20000, 0).tofile(root / 'data' / 'shakespeare' / f'{split}.bin')
+    env = dict(os.environ, SMALL='1', OUT=str(tmp_path / 'out'))
+    subprocess.run(['bash', 'tools/gpu_check.sh'], cwd=root, env=env, check=True, capture_output=True)
+    report = (tmp_path / 'out' / 'report.md').read_text()
+    verdicts = re.findall(r'^## (.*): (\S+)', report, flags=re.M)
+    assert len(verdicts) == 8 and all(v == 'ok,' for _, v in verdicts), report
+    assert 'speculative compiled' in report and 'encoder / AO-GPT' in report and 'ensemble=8' in report

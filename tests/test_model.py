@@ -224,8 +224,14 @@ def test_kv_cache_in_chunks_matches_full_forward(kind):
                                          targets[:, start:stop], cache)
             cache.commit(stop - start)
             torch.testing.assert_close(logits, full[:, start:stop], atol=1e-5, rtol=0)
-    with pytest.raises(ValueError, match='KV cache overflow'):
-        model.forward_slots(tokens[:, :1], positions[:, :1], targets[:, :1], cache)
+
+
+def test_engine_refuses_a_step_past_its_cache():
+    engine = Engine(tiny_model(), 1, 4)
+    start = torch.tensor([[-1, 0, 1]])
+    engine.step(torch.zeros(1, 3, dtype=torch.long), start, torch.tensor([[2, 3]]))  # 3 slots and a copy: 4
+    with pytest.raises(ValueError, match='KV cache overflow: 5 slots needed, 4 allocated'):
+        engine.step(torch.zeros(1, 3, dtype=torch.long), start, torch.tensor([[2, 3, 4]]))
 
 
 def test_kv_cache_reproduces_authors_cached_decoding(fixture):

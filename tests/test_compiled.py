@@ -1,0 +1,140 @@
+"""The static decoding step (engine.KVCache, Forward) and its compiled form (engine.compile_decoding): each step's
+logits equal full uncached forwards, compiled samples equal eager ones, and the decoding loop never waits for
+the device. Compiling on the CPU takes seconds a graph, so the compiled cases are few and marked slow."""
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from conftest import TINY_BLOCK as T, tiny_mdm, tiny_model
+from engine import Sampling, compile_decoding, generate
+from test_sample import KNOWN, uncached_logits
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+KINDS = [dict(), dict(position_encoding='rotary'), dict(target_injection='add')]  # AO-GPT learned, rotary; sigma-GPT
+SYNCING = ('aten._local_scalar_dense', 'aten.nonzero', 'aten.masked_select', 'aten.unique')
+
+
+class CountSyncs(TorchDispatchMode):
+    """Counts the operations that wait for the device: reading a value on the host (item, int, bool, float),
+    sizes known only from values (nonzero, boolean indexing, masked_select, unique) and tolist."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        bool_index = func.name().startswith('aten::index') and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ())
+        self.count += str(func).startswith(SYNCING) or bool_index
+        return func(*args, **(kwargs or {}))
+
+
+class CountToList(TorchFunctionMode):
+    def __init__(self, counter):
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.counter.count += func is torch.Tensor.tolist
+        return func(*args, **(kwargs or {}))
+
+
+def syncs(fn):
+    with CountSyncs() as counter, CountToList(counter):
+        fn()
+    return counter.count
+
+
+@pytest.mark.parametrize('order', ['random', 'l2r', 'confidence'])
+@pytest.mark.parametrize('sampling', [Sampling(), Sampling(temperature=0.0), Sampling(top_k=3)], ids=['p', 'greedy', 'k'])
+def test_the_decoding_loop_never_waits_for_the_device(order, sampling):
+    # a loop that syncs once per step syncs more for more steps: the counts must not depend on the steps
+    model = tiny_model()
+
+    def run(n):
+        known = torch.arange(T) < T - n
+        generate(model, torch.zeros(2, T, dtype=torch.long), known, n, sampling, order=order,
+                 generator=torch.Generator().manual_seed(0))
+    assert syncs(lambda: run(4)) == syncs(lambda: run(12))
+
+
+def test_the_sync_count_sees_a_sync_in_the_loop(monkeypatch):
+    # the test above fails if a step reads a value on the host, as an .item() in the loop would
+    import engine
+    real = engine.sample_tokens
+    monkeypatch.setattr(engine, 'sample_tokens', lambda logits, *a: (logits.sum().item(), real(logits, *a))[1])
+    model = tiny_model()
+
+    def run(n):
+        generate(model, torch.zeros(2, T, dtype=torch.long), torch.arange(T) < T - n, n,
+                 generator=torch.Generator().manual_seed(0))
+    assert syncs(lambda: run(12)) - syncs(lambda: run(4)) == 8
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()  # graphs of earlier tests' models do not count against the recompile limit
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('order,confidence', [('random', None), ('l2r', None), ('confidence', 'maxprob')])
+@pytest.mark.parametrize('steps', [None, 5])
+@pytest.mark.parametrize('kind', KINDS, ids=['adaln-learned', 'adaln-rotary', 'add-learned'])
+def test_compiled_steps_equal_uncached_forwards(fresh_dynamo, kind, order, confidence, steps):
+    eager, compiled = tiny_model(**kind), tiny_model(**kind)
+    compile_decoding(compiled)
+    known = torch.tensor(KNOWN['infill'])
+    n = int((~known).sum())
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    outs, records = [], []
+    for model in (compiled, eager):
+        record = []
+        out, _ = generate(model, x.clone(), known, steps or n, schedule='cosine', order=order,
+                          confidence=confidence or 'maxprob', generator=torch.Generator().manual_seed(1),
+                          on_step=lambda t, l: record.append((t.clone(), l.clone())))
+        outs.append(out)
+        records.append(record)
+    assert torch.equal(outs[0], outs[1])  # the same samples for the seed
+    prefix = known.nonzero().squeeze(1).expand(3, -1)
+    with torch.no_grad():
+        for (targets, logits), (_, eager_logits) in zip(*records, strict=True):
+            torch.testing.assert_close(logits, uncached_logits(eager, outs[0], prefix, targets), atol=1e-5, rtol=0)
+            torch.testing.assert_close(logits, eager_logits, atol=1e-5, rtol=0)
+            prefix = torch.cat([prefix, targets], 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('order', ['random', 'l2r'])
+@pytest.mark.parametrize('kind', KINDS[1:], ids=['adaln-rotary', 'add-learned'])
+def test_compiled_speculative_decoding_draws_the_eager_samples(fresh_dynamo, kind, order):
+    # ragged rows: each keeps its own number of drafts per forward, in its own cache length
+    eager, compiled = tiny_model(**kind), tiny_model(**kind)
+    compile_decoding(compiled)
+    known = torch.tensor(KNOWN['prefix'])
+    n = int((~known).sum())
+    x = torch.randint(0, 11, (4, T), generator=torch.Generator().manual_seed(0))
+    for sampling in (Sampling(), Sampling(temperature=0.0)):
+        drawn = [generate(model, x.clone(), known, n, sampling, order=order, speculate=3,
+                          generator=torch.Generator().manual_seed(2))[0] for model in (compiled, eager)]
+        assert torch.equal(*drawn)
+        if sampling.temperature == 0 and order == 'l2r':  # greedy: each token the argmax given those before it
+            with torch.no_grad():
+                logits, _ = eager(drawn[0], torch.arange(T).expand(4, T))
+            g = int(known.sum())
+            assert torch.equal(drawn[0][:, g:], logits[:, g:T].argmax(-1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('order', ['random', 'ancestral'])
+def test_compiled_encoder_draws_the_eager_samples(fresh_dynamo, order):
+    eager, compiled = (tiny_mdm(position_encoding="rotary", block_size=T, vocab_size=11) for _ in range(2))
+    compile_decoding(compiled)
+    known = torch.tensor(KNOWN['infill'])
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    drawn = [generate(model, x.clone(), known, 5, order=order, generator=torch.Generator().manual_seed(3))[0]
+             for model in (compiled, eager)]
+    assert torch.equal(*drawn)

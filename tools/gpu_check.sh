@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check: the speed figures of docs/speed.md on one GPU, in one call of at most 11 minutes (each step's limit).
+#
+#   bash tools/gpu_check.sh                 # on a machine with a GPU; the report in $OUT/report.md
+#   SMALL=1 bash tools/gpu_check.sh         # a dry run on the CPU with tiny models (tests/test_bench.py)
+#
+# Needs data/shakespeare and data/shakespeare_char prepared (python data/<set>/prepare.py; a GPU machine without a
+# network can take them as they are). Each step runs under its own time limit, so one that hangs or runs long costs
+# only its own figures; the report says which ended how. $OUT (default gpu-check/) gets report.md and all.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-check}
+mkdir -p "$OUT"
+REPORT=$OUT/report.md
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline
+
+WORK=$(mktemp -d)  # the runs' checkpoints: a fresh folder, so that every run starts from scratch
+if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none of its figures mean anything
+    SCALE=(--device=cpu --dtype=float32)
+    BLOCK=64
+    RECIPE=(--n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16 --block_size=$BLOCK --vocab_size=512)
+    TRAIN=(--device=cpu --dtype=float32 --compile=False --n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16
+           --block_size=$BLOCK --batch_size=4 --max_iters=4 --eval_interval=4 --eval_iters=1 --log_interval=2
+           --warmup_iters=2 --lr_decay_iters=4)
+    CHAR_ITERS=20
+    SYNC=()
+else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
+    SCALE=(--device=cuda --dtype=bfloat16)
+    BLOCK=1024
+    RECIPE=(--n_layer=12 --n_head=12 --n_embd=768 --cond_dim=128 --block_size=$BLOCK --vocab_size=50304)
+    TRAIN=(--max_iters=40 --eval_interval=40 --eval_iters=2 --log_interval=10 --warmup_iters=10 --lr_decay_iters=40)
+    CHAR_ITERS=500
+    SYNC=(--sync_check=True)
+fi
+
+step() {  # step NAME SECONDS COMMAND...: run COMMAND under a time limit; its output's end goes in the report
+    local name=$1 seconds=$2 log t0=$SECONDS rc verdict
+    [ "${SMALL:-0}" = 1 ] && seconds=300  # the CPU compiles slowly; tiny models decide nothing
+    shift 2
+    log=$(mktemp)
+    timeout --kill-after=10 "$seconds" "$@" >"$log" 2>&1
+    rc=$?
+    case $rc in 0) verdict=ok ;; 124|137) verdict="stopped at its limit of $seconds s" ;; *) verdict="exit $rc" ;; esac
+    { echo "## $name: $verdict, $((SECONDS - t0)) s"; echo; echo '```'; echo "\$ $*"
+      grep -v -e 'Warning' -e '^ *warnings.warn' -e '^override: ' "$log" | tail -n 40; echo '```'; echo; } >>"$REPORT"
+    { echo "===== $name: $verdict"; cat "$log"; } >>"$OUT/all.log"
+    rm -f "$log"
+}
+
+{ echo "# GPU check, $(date -u +%Y-%m-%d)"; echo; } >"$REPORT"
+: >"$OUT/all.log"
+step environment 60 python3 -c "
+import torch, platform
+print('python', platform.python_version(), '| torch', torch.__version__, '| cuda', torch.version.cuda)
+print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU: ' + platform.processor())"
+
+# training: tok/s, MFU and peak memory of the small recipe (tiny Shakespeare in GPT-2 BPE stands in for OpenWebText);
+# its checkpoint is the ensemble's model. The rotary run comes last: the least needed if time runs short
+step 'training, learned positions' 100 torchrun --standalone --nproc_per_node=1 train.py config/train_ao_gpt_small.py \
+    --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/learned "${TRAIN[@]}"
+# a character-level AO-GPT (the quick start's config) for the small-vocabulary rows
+step 'training, the quick start (char)' 45 python3 train.py config/train_shakespeare_char.py \
+    --out_dir=$WORK/char --max_iters=$CHAR_ITERS --lr_decay_iters=$CHAR_ITERS --eval_interval=$CHAR_ITERS \
+    --warmup_iters=$((CHAR_ITERS / 5)) --eval_iters=2 --log_interval=100 "${SCALE[@]}"
+# decoding: eager against compiled steps (CUDA graphs), 256 tokens one per step at block 1,024, batch 1 and 16, and
+# compiled speculative decoding (auto k); host syncs in the loop checked with torch.cuda.set_sync_debug_mode
+step 'decoding steps, eager and compiled' 180 python3 bench.py --run=step --checkpoint=$WORK/char/ckpt.pt \
+    "${SCALE[@]}" "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --step_batches=1,16 --rounds=3 \
+    "${SYNC[@]}"
+# the paper's Figure 4: the encoder against AO-GPT, 1,024 tokens one per step, batch 16, compiled
+step 'encoder against AO-GPT' 150 python3 bench.py --run=arch --arch_train=False --compile=True "${SCALE[@]}" \
+    "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --batch_size=16
+# the context-order ensemble's seconds per 1,024-token chunk, float32 (the authors') and bf16
+step 'eval_ppl.py --ensemble 8, float32' 45 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
+    --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=float32 "${SCALE[@]:0:1}"
+step 'eval_ppl.py --ensemble 8, bfloat16' 30 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
+    --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=bfloat16 "${SCALE[@]:0:1}"
+step 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
+    config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary \
+    "${TRAIN[@]}"
+rm -rf "$WORK"
+echo "report: $REPORT"
