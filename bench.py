@@ -249,10 +249,10 @@ def sample_uncached(model, x, n_steps, generator):
 
 def bench_steps():
     """Decoding steps eager against compiled (engine.compile_decoding), one token per step in a random order, the
-    last step_tokens positions of a block after a prompt of the rest, at batch 1 and batch_size, taking turns; and
-    compiled speculative decoding (--speculate=auto) where it applies, against the eager step. On a trained
-    `checkpoint` first, then on the bench's random model at block sample_block_size (GPT-2's vocabulary by
-    default). Compiling happens in the first call, timed apart."""
+    last step_tokens positions of a block after a prompt of the rest, at each batch size of step_batches, taking
+    turns; and compiled speculative decoding (--speculate=auto's k, where it is not 0) against the eager step. On a
+    trained `checkpoint` first, then on the bench's random model at block sample_block_size (GPT-2's vocabulary by
+    default). The compiled step's first call, which compiles it, is timed apart."""
     models = [('random model', build(sample_block_size).eval(), vocab_size)]
     if checkpoint:
         models.insert(0, (checkpoint, *decoder_checkpoint()))
@@ -262,34 +262,30 @@ def bench_steps():
         compile_decoding(compiled)
         T = eager.config.block_size
         n = min(step_tokens, T)
-        known = torch.arange(T, device=device) < T - n
         for batch in parse_list('step_batches', step_batches, int, at_least(1)):
             def run(model, k=0, steps=n):
                 x = torch.zeros(batch, T, dtype=torch.long, device=device)
                 with autocast(device, dtype):
-                    generate(model, x, known | (torch.arange(T, device=device) >= T - n + steps), steps,
-                             generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k)
+                    generate(model, x, torch.arange(T, device=device) < T - steps, steps, n_tokens=n_tokens,
+                             generator=torch.Generator(device).manual_seed(seed), speculate=k)
                 sync()
             k = auto_k(eager, 'random', batch)
+            t0 = time.perf_counter()
+            run(compiled)
+            compiling = time.perf_counter() - t0
             runs = {'eager': lambda: run(eager), 'compiled': lambda: run(compiled)}
             if k:
                 runs['speculative'] = lambda: run(compiled, k)
-            first = {}
-            for name in ('compiled', 'speculative'):
-                if name in runs:
-                    t0 = time.perf_counter()
-                    runs[name]()  # compiles
-                    first[name] = time.perf_counter() - t0
             ms = {name: 1e3 * s / n for name, s in median_seconds(runs).items()}
             if sync_check:
                 print(f'{what}, batch {batch}: host syncs in a compiled call of {n} steps, of {n // 2} steps: '
                       f'{count_syncs(lambda: run(compiled))}, {count_syncs(lambda: run(compiled, steps=n // 2))}')
-            rows.append([what, batch, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}", f"{ms['eager'] / ms['compiled']:.2f}x",
-                         f"{first['compiled']:.1f}s", f"{ms['speculative']:.3f} (k={k})" if k else '-',
+            rows.append([what, batch, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}",
+                         f"{ms['eager'] / ms['compiled']:.2f}x", f'{compiling:.1f}s',
+                         f"{ms['speculative']:.3f} (k={k})" if k else '-',
                          f"{ms['eager'] / ms['speculative']:.2f}x" if k else '-'])
     print(f'decoding steps: {step_tokens} tokens (at most the block) one per step in a random order after a prompt, '
-          f'{device} {dtype}, ms a token, '
-          f'median of {rounds} rounds taking turns; compiled: engine.compile_decoding')
+          f'{device} {dtype}, ms a token, median of {rounds} rounds taking turns; compiled: engine.compile_decoding')
     print_table(['model', 'batch', 'eager', 'compiled', 'speedup', 'first call (compiles)', 'speculative compiled',
                  'vs eager'], rows)
 

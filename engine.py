@@ -68,7 +68,8 @@ class KVCache:
         its last slot, which see what that slot sees but not each other; every slot sees the row's
         committed slots and no other."""
         S, dev = width + copies, self.lengths.device
-        t = (torch.arange(self.end or self.k[0].size(1), device=dev) - self.lengths.unsqueeze(1)).unsqueeze(1)  # place among new
+        # each key's place among the row's new slots (negative: committed)
+        t = (torch.arange(self.end or self.k[0].size(1), device=dev) - self.lengths.unsqueeze(1)).unsqueeze(1)
         s = torch.arange(S, device=dev).view(1, S, 1)
         m = m.view(-1, 1, 1) if torch.is_tensor(m) else m
         return ((t < 0) | (t == s) | ((s < m) & (t <= s)) | ((s >= width) & (t < m - 1))).unsqueeze(1)
@@ -517,15 +518,15 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
     bar = tqdm(total=count * n, disable=not progress, desc='tokens')
     forward = Forward(model, cache, speculative_forward)
     reading_prompt = True  # a row reads its whole prompt in this forward: the first, or one after a row restarted
-    while (live := decided < total).any():  # the loop's one host sync (on a GPU: one per forward)
+    more = True
+    while more:
+        live = decided < total
         # each row's new slots: 1 (or its prompt), then its drafts, at most k: one width, one graph
         width = max(k, 1 + g) if reading_prompt else k
         tests = 0 if forwards == 0 else k - 1  # slots that test drafts (none are pending in the first forward)
         m = torch.where(live, decided + drafted - read, 0)
-        eager = forward.compiled is None or reading_prompt  # a prompt's length varies between calls: no graph
-        if eager:  # attending to the slots filled so far is cheaper than to all
-            cache.end = int(cache.lengths.max()) + width + k - 1
-        logits = forward(x, seq, read, m, live, width, k, tests, eager=eager)[..., :n_tokens]
+        # a prompt's length varies between calls: read eager, not by a graph per prompt
+        logits = forward(x, seq, read, m, live, width, k, tests, eager=reading_prompt)[..., :n_tokens]
         kept = torch.zeros_like(read)
         rejected = torch.zeros_like(live)
         if tests:
@@ -539,16 +540,15 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         survivors = torch.where(rejected, drafted - kept - 1, 0)
         draft = live & ~rejected & (decided < total)
         drafts = torch.where(draft, (total - decided).clamp(max=k), 0)
-        u = torch.rand((B, k), generator=generator, device=dev, dtype=sampling.dtype)
-        # only the drafts drawn are filtered: q of a row that rejected, or past its last position, is never used
-        rows, j = (torch.arange(k, device=dev) < drafts.unsqueeze(1)).nonzero(as_tuple=True)
-        q = sampling_probs(logits[rows, tests + j], sampling)
-        tokens = inverse_cdf(q, u[rows, j].unsqueeze(1))
+        u = torch.rand((B, k, 1), generator=generator, device=dev, dtype=sampling.dtype)
+        active = torch.arange(k, device=dev) < drafts.unsqueeze(1)  # (B, k): the drafts drawn; the rest unused
+        q = sampling_probs(logits[:, tests:], sampling)
+        tokens = inverse_cdf(q, u).squeeze(-1)
         if report:  # draft j is drawn from its law given the decided positions
-            report(rows, decided[rows] - 1, decided[rows] - 1 + j, q)
-        x[rows, seq[rows, decided[rows] + j]] = tokens.squeeze(1)
-        drawn = torch.zeros(B, k, dtype=q.dtype, device=dev)
-        drawn[rows, j] = q.gather(1, tokens).squeeze(1)
+            rows, j = active.nonzero(as_tuple=True)
+            report(rows, decided[rows] - 1, decided[rows] - 1 + j, q[rows, j])
+        write_where(x, seq.gather(1, decided.unsqueeze(1) + torch.arange(k, device=dev)), tokens, active)
+        drawn = torch.where(active, q.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), 0.0)
         if tests:  # a row with survivors keeps their q, shifted past its rejected draft
             shift = ((kept + 1).unsqueeze(1) + torch.arange(k - 1, device=dev)).clamp(max=k - 2)
             old_logits = q_logits.gather(1, shift.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
@@ -562,14 +562,17 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         forwards += 1
         work += torch.stack([live.sum(), (kept + rejected).sum(), kept.sum()])  # on the device: no sync
         reading_prompt = False
-        if count > B:  # the rows that finished hand in their samples and start the next ones
-            for r in (live & (decided == total)).nonzero().squeeze(1).tolist():
+        finished = live & (decided == total)
+        # the loop's one host sync a forward: whether a row finished, whether any goes on
+        any_finished, more = torch.stack([finished.any(), (decided < total).any()]).tolist()
+        if count > B and any_finished:  # the rows that finished hand in their samples and start the next ones
+            for r in finished.nonzero().squeeze(1).tolist():
                 samples[sample_of[r]], orders[sample_of[r]] = x[r], seq[r, 1 + g:total]
                 if next_sample < count:  # on its own prompt (x's known positions are never written); no drafts pending
                     seq[r, 1 + g:total] = decoding_orders(unknown, 1, order, generator)[0]
                     read[r], decided[r], cache.lengths[r] = 0, 1 + g, 0
                     sample_of[r], next_sample = next_sample, next_sample + 1
-                    reading_prompt = True
+                    reading_prompt = more = True
         if progress:
             bar.update((next_sample - B) * n + int((decided - 1 - g).sum()) - bar.n)
     bar.close()
@@ -620,34 +623,44 @@ def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, dra
     logits (B, P, V): the first P new slots of the forward that read the drafts; draft j (at
     seq[decided + j]) is predicted by the slot before it, new slot decided - read + j - 1. q_logits
     (B, P, V): the logits the drafts were drawn from, q_drawn (B, P) the drawn tokens' q, drawn_after (B,)
-    the place in seq of the last position they were drawn given. p is filtered only for the drafts
-    pending, q again only at a row's rejected draft.
+    the place in seq of the last position they were drawn given. Every row's P tests are computed and those
+    past its drafts ignored, so that nothing waits for the device.
     """
-    B, P, _ = logits.shape
+    B, P, V = logits.shape
     j = torch.arange(P, device=x.device)
     pending = j < drafted.unsqueeze(1)
-    rows, cols = pending.nonzero(as_tuple=True)
-    p = sampling_probs(logits[rows, (decided - read - 1)[rows] + cols], sampling)  # (pending drafts, V)
-    where = seq[rows, decided[rows] + cols]
-    ratio = torch.zeros(B, P, dtype=p.dtype, device=x.device)
-    ratio[rows, cols] = p.gather(1, x[rows, where].unsqueeze(1)).squeeze(1) / q_drawn[rows, cols]
+    slot = torch.where(pending, (decided - read - 1).unsqueeze(1) + j, 0)
+    p = sampling_probs(logits.gather(1, slot.unsqueeze(-1).expand(-1, -1, V)), sampling)  # (B, P, V)
+    where = seq.gather(1, decided.unsqueeze(1) + j)  # the drafts' positions (-1 past a row's end)
+    drafts = x.gather(1, where.clamp(min=0)).clamp(max=V - 1)  # where no draft is pending: any id, unused
+    p_drawn = p.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    ratio = torch.where(pending, p_drawn / q_drawn, 0.0)
     u = torch.rand((B, P), generator=generator, device=x.device, dtype=sampling.dtype)
     kept = ((u < ratio) & pending).long().cumprod(1).sum(1)
     rejected = kept < drafted
     if trace is not None:  # draft j's test: its law given the drafts before it, and q, drawn one position earlier
+        rows, cols = pending.nonzero(as_tuple=True)
         tested = cols <= kept[rows]
+        rows, cols = rows[tested], cols[tested]
         at = decided[rows] - 1 + cols
-        trace(rows[tested], at[tested], at[tested], p[tested])
-        trace(rows[tested], drawn_after[rows[tested]], at[tested],
-              sampling_probs(q_logits[rows[tested], cols[tested]], sampling))
+        trace(rows, at, at, p[rows, cols])
+        trace(rows, drawn_after[rows], at, sampling_probs(q_logits[rows, cols], sampling))
     u = torch.rand((B, 1), generator=generator, device=x.device, dtype=sampling.dtype)
-    r = rejected.nonzero().squeeze(1)
-    at = (rows == r.unsqueeze(1)) & (cols == kept[r].unsqueeze(1))  # each rejected draft's place among the pending
-    p_at, q_at = p[at.nonzero()[:, 1]], sampling_probs(q_logits[r, kept[r]], sampling)
+    at = kept.clamp(max=P - 1).view(B, 1, 1)  # each row's rejected draft, where it has one
+    p_at = p.gather(1, at.expand(-1, -1, V)).squeeze(1)
+    q_at = sampling_probs(q_logits.gather(1, at.expand(-1, -1, V)).squeeze(1), sampling)
     residual = (p_at - q_at).clamp(min=0)
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_at)  # p == q: no rejection is possible
-    x[r, seq[r, decided[r] + kept[r]]] = inverse_cdf(residual, u[r]).squeeze(1)
+    write_where(x, where.gather(1, at.view(B, 1)), inverse_cdf(residual, u), rejected.unsqueeze(1))
     return kept, rejected
+
+
+def write_where(x, positions, values, mask):
+    """x[b, positions[b, j]] = values[b, j] where mask[b, j] (B, J), without a host sync: the others are written to a
+    spare column, dropped."""
+    spare = torch.cat([x, x[:, :1]], 1)
+    spare.scatter_(1, torch.where(mask, positions, x.size(1)), values)
+    x.copy_(spare[:, :-1])
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ model_args: checkpoint (a path, a model folder, hf:owner/repo/file or hf:owner/r
 eval_ppl.py), batch_size
 ('auto': as many requests as max_tokens allows, up to max_batch_size; N: at most N per forward),
 seed; for generation order, steps, temperature, top_p, top_k, speculate, max_gen_toks (the
-defaults a task's gen_kwargs override).
+defaults a task's gen_kwargs override) and compile (True: each decoding step compiled, as sample.py's).
 
 Text in, text out with the checkpoint's own tokenizer. A text holding characters outside a char
 model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
@@ -72,7 +72,7 @@ from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, chec
                     check_settings, check_steps, default_device, fail, find_checkpoint, int_at_least, load_tokenizer,
                     one_of, optional_int, read_checkpoint, release_freed_memory, speculation_k)
 from configurator import check_key, parse_text
-from engine import Sampling, generate
+from engine import Sampling, compile_decoding, generate
 from scoring import (HEAD_COST, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
                      random_context_orders)
 
@@ -105,7 +105,8 @@ GEN_RULES = {k: MODEL_ARG_RULES[k] for k in ('temperature', 'top_p', 'top_k', 'm
 class AOGPTLM(LM):
     def __init__(self, checkpoint='', use_ema=True, ensemble=1, score='l2r', device=None, dtype='float32',
                  max_tokens=32768, batch_size='auto', max_batch_size=None, seed=1337, mc_samples=32, order='l2r',
-                 steps=None, temperature=0.0, top_p=1.0, top_k=None, speculate=0, max_gen_toks=256, **unknown):
+                 steps=None, temperature=0.0, top_p=1.0, top_k=None, speculate=0, max_gen_toks=256, compile=False,
+                 **unknown):
         super().__init__()
         for key in unknown:
             check_key(key, self.settings(), where=' in model_args')
@@ -124,6 +125,8 @@ class AOGPTLM(LM):
             fail("score=nelbo is the encoder's bound; a decoder's log-likelihood is exact: score=l2r")
         speculate = speculation_k(speculate, self.model, order, 1)  # a generation request is decoded alone
         check_decoding(order, self.model, speculate)
+        if compile:  # the generation's steps (scoring runs eager: its shapes vary with every batch of requests)
+            compile_decoding(self.model)
         vocab_size, self.block_size = self.model.config.vocab_size, self.model.config.block_size
         self.encode, self.decode = load_tokenizer(ckpt, vocab_size)
         self.vocab = checkpoint_vocab(ckpt, vocab_size)  # its characters, or 'gpt2'

@@ -74,5 +74,6 @@ def test_gpu_check_dry_run(tmp_path, workdir):
     subprocess.run(['bash', 'tools/gpu_check.sh'], cwd=root, env=env, check=True, capture_output=True)
     report = (tmp_path / 'out' / 'report.md').read_text()
     verdicts = re.findall(r'^## (.*): (\S+)', report, flags=re.M)
-    assert len(verdicts) == 8 and all(v == 'ok,' for _, v in verdicts), report
-    assert 'speculative compiled' in report and 'encoder / AO-GPT' in report and 'ensemble=8' in report
+    assert len(verdicts) == 9 and all(v == 'ok,' for _, v in verdicts), report
+    for table in ('speculative compiled', 'encoder / AO-GPT', 'ensemble=8', 'forwards/token'):
+        assert table in report, table

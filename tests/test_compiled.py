@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import TINY_BLOCK as T, tiny_mdm, tiny_model
-from engine import Sampling, compile_decoding, generate
+from engine import Sampling, Speculation, compile_decoding, generate
 from test_sample import KNOWN, uncached_logits
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -48,7 +48,8 @@ def syncs(fn):
 
 
 @pytest.mark.parametrize('order', ['random', 'l2r', 'confidence'])
-@pytest.mark.parametrize('sampling', [Sampling(), Sampling(temperature=0.0), Sampling(top_k=3)], ids=['p', 'greedy', 'k'])
+@pytest.mark.parametrize('sampling', [Sampling(), Sampling(temperature=0.0), Sampling(top_k=3)],
+                         ids=['default', 'greedy', 'top_k'])
 def test_the_decoding_loop_never_waits_for_the_device(order, sampling):
     # a loop that syncs once per step syncs more for more steps: the counts must not depend on the steps
     model = tiny_model()
@@ -71,6 +72,22 @@ def test_the_sync_count_sees_a_sync_in_the_loop(monkeypatch):
         generate(model, torch.zeros(2, T, dtype=torch.long), torch.arange(T) < T - n, n,
                  generator=torch.Generator().manual_seed(0))
     assert syncs(lambda: run(12)) - syncs(lambda: run(4)) == 8
+
+
+@pytest.mark.parametrize('order', ['random', 'l2r'])
+@pytest.mark.parametrize('count', [2, 5])
+def test_speculative_decoding_syncs_once_a_forward(order, count):
+    # the loop's end test (whether any row goes on, or finished) is its one sync a forward, rows taking turns or not;
+    # the same samples in more tokens take more forwards, and nothing else grows with them
+    model = tiny_model()
+
+    def extra(n):
+        stats = Speculation()
+        total = syncs(lambda: generate(model, torch.zeros(2, T, dtype=torch.long), torch.arange(T) < T - n, n,
+                                       order=order, speculate=3, stats=stats, count=count,
+                                       generator=torch.Generator().manual_seed(0)))
+        return total - stats.forwards  # what is not one a forward: before and after the loop, and per sample
+    assert extra(4) == extra(12)
 
 
 @pytest.fixture

@@ -228,6 +228,15 @@ def test_sampled_generation_is_seeded_per_request(workdir, char_ckpt):
     assert first == again and first[0] != first[1] and all(len(text) <= 12 for text in first)
 
 
+@pytest.mark.slow
+def test_compiled_generation_gives_the_eager_text(workdir, char_ckpt):
+    # compile=True compiles each decoding step; prompts of different lengths share its graph (their step is eager)
+    batch = requests('generate_until', *[(prompt, dict(until=['\n\n'], max_gen_toks=12)) for prompt in ('ROMEO:', 'A')])
+    texts = [make_lm(workdir, char_ckpt, order='random', temperature=1.0, compile=compile).generate_until(batch)
+             for compile in (True, False)]
+    assert texts[0] == texts[1] and all(len(text) <= 12 for text in texts[0])
+
+
 def test_the_encoder_scores_left_to_right_exactly(workdir, mdm_ckpt):
     lm = make_lm(workdir, mdm_ckpt, max_tokens=200)
     model, rng = lm.model, random.Random(3)

@@ -247,7 +247,12 @@ BENCH = [
     (['--sample_steps=0'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--sample_steps=64,2048'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--run=speculate', '--speculate_random=False'], ('--speculate_random=False', 'give it a --checkpoint')),
-    (['--run=train', '--checkpoint=ckpt.pt'], ('--checkpoint is read by --run=speculate only', '--run=train')),
+    (['--run=train', '--checkpoint=ckpt.pt'], ('--checkpoint is read by --run=speculate and --run=step only',
+                                                '--run=train')),
+    (['--run=step', '--step_batches=0'], ('--step_batches entries', 'at least 1')),
+    (['--run=step', '--step_batches=1,x'], ('--step_batches', 'comma list of ints', "'x'")),
+    (['--run=step', '--step_tokens=0'], ('--step_tokens', 'at least 1')),
+    (['--run=step', '--sync_check=True'], ('--sync_check', 'needs --device=cuda')),
 ]
 
 

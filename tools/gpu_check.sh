@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check: the speed figures of docs/speed.md on one GPU, in one call of at most 11 minutes (each step's limit).
+# The GPU check: the speed figures of docs/speed.md on one GPU, in one call of about 9 minutes (at most 14: each
+# step's limit).
 #
 #   bash tools/gpu_check.sh                 # on a machine with a GPU; the report in $OUT/report.md
 #   SMALL=1 bash tools/gpu_check.sh         # a dry run on the CPU with tiny models (tests/test_bench.py)
@@ -10,7 +11,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check}
-mkdir -p "$OUT"
+if ! mkdir -p "$OUT" 2>/dev/null || [ ! -w "$OUT" ]; then
+    echo "error: cannot write the report to OUT=$OUT: set OUT to a writable folder" >&2
+    exit 1
+fi
 REPORT=$OUT/report.md
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline
 
@@ -24,6 +28,7 @@ if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none 
            --warmup_iters=2 --lr_decay_iters=4)
     CHAR_ITERS=20
     SYNC=()
+    SPECULATE=(--speculate_k=4 --compile=False)  # compiling a graph for each k and batch takes minutes here
 else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     SCALE=(--device=cuda --dtype=bfloat16)
     BLOCK=1024
@@ -31,6 +36,7 @@ else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     TRAIN=(--max_iters=40 --eval_interval=40 --eval_iters=2 --log_interval=10 --warmup_iters=10 --lr_decay_iters=40)
     CHAR_ITERS=500
     SYNC=(--sync_check=True)
+    SPECULATE=(--speculate_k=4,8,auto --compile=True)
 fi
 
 step() {  # step NAME SECONDS COMMAND...: run COMMAND under a time limit; its output's end goes in the report
@@ -64,7 +70,7 @@ step 'training, the quick start (char)' 45 python3 train.py config/train_shakesp
     --warmup_iters=$((CHAR_ITERS / 5)) --eval_iters=2 --log_interval=100 "${SCALE[@]}"
 # decoding: eager against compiled steps (CUDA graphs), 256 tokens one per step at block 1,024, batch 1 and 16, and
 # compiled speculative decoding (auto k); host syncs in the loop checked with torch.cuda.set_sync_debug_mode
-step 'decoding steps, eager and compiled' 180 python3 bench.py --run=step --checkpoint=$WORK/char/ckpt.pt \
+step 'decoding steps, eager and compiled' 170 python3 bench.py --run=step --checkpoint=$WORK/char/ckpt.pt \
     "${SCALE[@]}" "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --step_batches=1,16 --rounds=3 \
     "${SYNC[@]}"
 # the paper's Figure 4: the encoder against AO-GPT, 1,024 tokens one per step, batch 16, compiled
@@ -75,6 +81,11 @@ step 'eval_ppl.py --ensemble 8, float32' 45 python3 eval_ppl.py --init_from=$WOR
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=float32 "${SCALE[@]:0:1}"
 step 'eval_ppl.py --ensemble 8, bfloat16' 30 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=bfloat16 "${SCALE[@]:0:1}"
+# speculative decoding (compiled) against one token per step, top_p 0.9, k = 4, 8 and auto, on the char model and a
+# random model of the recipe's size (GPT-2's vocabulary)
+step 'speculative decoding' 120 python3 bench.py --run=speculate --checkpoint=$WORK/char/ckpt.pt "${SCALE[@]}" \
+    "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
+    --speculate_tokens=$((BLOCK / 4)) --batch_size=16 --rounds=2
 step 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
     config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary \
     "${TRAIN[@]}"
