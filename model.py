@@ -135,6 +135,8 @@ def rotate(x, turn):
 
 
 def attend(q, k, v, mask):
+    """Attention written out, as a compiled decoding step runs it: its few queries over the cache's every slot
+    fuse into a few loops, where the CPU's fused attention kernel costs 0.1 to 0.2 ms a call."""
     scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
     return scores.masked_fill(~mask, -math.inf).softmax(-1).to(v.dtype) @ v
 
@@ -379,9 +381,9 @@ class GPT(Network):
         tokens, positions, targets: (B, S). A slot holds `tokens` at original position `positions`
         (-1 marks the start slot, whose token is ignored) and predicts position `targets` (-1: no
         target, zero condition). With a KVCache the slots also attend to the cached ones.
-        attn_mask: bool, broadcastable to (B, n_head, S, S) or with a cache to (B, n_head, S, its
-        max_slots), True where a slot may attend; default causal (a row's committed slots, then the
-        new slots in order).
+        attn_mask: bool, broadcastable to (B, n_head, S, S) or with a cache to (B, n_head, S, the
+        slots it attends: cache.end or all), True where a slot may attend; default causal (a row's
+        committed slots, then the new slots in order).
         out_slots: optional (B, Q) slot indices; only these go through the head, which saves
         most of the work and memory when few slots are queries (as in ensembled evaluation).
         Returns logits (B, S, V), or (B, Q, V) with out_slots.

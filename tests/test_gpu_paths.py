@@ -57,8 +57,8 @@ def test_compiled_bf16_training_matches_eager(workdir, bf16_eager, positions):
 
 @pytest.mark.parametrize('args', [[], ['--speculate=4']])
 def test_compiled_cached_sampling_matches_eager(workdir, char_ckpt, args):
-    # one token per step, a random order: two compiled graphs (the first step, whose cache is empty, and the
-    # rest); speculative decoding: per-row cache lengths and masks, new slots in varying numbers
+    # one token per step, a random order: the first step eager (it reads the prompt), the rest one graph;
+    # speculative decoding: per-row cache lengths and masks, each row's new slots padded to k
     def drawn(compile):
         return samples(run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=2', '--device=cpu',
                                   '--dtype=float32', f'--compile={compile}', *args, cwd=workdir).stdout)
