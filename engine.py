@@ -49,12 +49,12 @@ class KVCache:
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.rows = torch.arange(batch_size, device=device)
         self.end = None  # the slots a forward attends: all, or the first `end` where the caller knows no row has more
 
     def begin(self, width):
         """Place the next forward's `width` new slots after each row's committed ones."""
-        self.index = (torch.arange(self.lengths.size(0), device=self.lengths.device).unsqueeze(1),
-                      self.lengths.unsqueeze(1) + torch.arange(width, device=self.lengths.device))
+        self.index = (self.rows.unsqueeze(1), self.lengths.unsqueeze(1) + torch.arange(width, device=self.rows.device))
 
     def update(self, layer, k, v):
         """Write the new slots' keys and values (B, nh, width, hs); return the layer's, all max_slots of them."""
@@ -78,10 +78,9 @@ class KVCache:
         """Keep the first counts (an int, or (B,) per row) new slots of each row; with last (B,), row b
         keeps new slot counts-1+last[b] as its last, which picks after the forward the copy that goes on."""
         if last is not None:
-            rows = torch.arange(last.size(0), device=last.device)
             dst = self.lengths + counts - 1
             for buf in self.k + self.v:
-                buf[rows, dst] = buf[rows, dst + last]
+                buf[self.rows, dst] = buf[self.rows, dst + last]
         self.lengths += counts
 
 
