@@ -23,7 +23,8 @@ step: decoding steps eager against compiled (engine.compile_decoding: static sha
 token per step in a random order, the last `step_tokens` positions of the block after a prompt of the rest, at each
 batch of `step_batches`, taking turns, with the first (compiling) call timed apart; beside them compiled speculative
 decoding (--speculate=auto's k, where it is not 0). On a trained `checkpoint` first, then on the bench's random model
-at block `sample_block_size`. --sync_check=True (CUDA) counts the host syncs of a compiled call.
+at block `sample_block_size`. --sync_check=True (CUDA) counts the host syncs of a compiled call; --step_profile=True
+prints the costliest operations of one.
 memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
 sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
 arch: the paper's architectures at the same size: AO-GPT (a decoder, target_injection=adaln), the
@@ -87,6 +88,7 @@ speculate_tokens = 256  # speculate: tokens per sample (at most the block)
 step_tokens = 256  # step: tokens decoded one per step, after a prompt of the rest of the block
 step_batches = '1,16'  # step: the batch sizes
 sync_check = False  # step, on CUDA: count the host syncs of a compiled call (at step_tokens and half as many steps)
+step_profile = False  # step: the profiler's costliest operations in a compiled call at each batch (where time goes)
 checkpoint = ''  # speculate and step: a trained checkpoint to decode with, before the bench's random model
 speculate_random = True  # speculate: the bench's random model too (False: the checkpoint only)
 arch_train = True  # arch: time the architectures' training too (False: their generation only)
@@ -280,6 +282,8 @@ def bench_steps():
             if sync_check:
                 print(f'{what}, batch {batch}: host syncs in a compiled call of {n} steps, of {n // 2} steps: '
                       f'{count_syncs(lambda: run(compiled))}, {count_syncs(lambda: run(compiled, steps=n // 2))}')
+            if step_profile:
+                profile_call(f'{what}, batch {batch}, a compiled call of {n} steps', lambda: run(compiled))
             rows.append([what, batch, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}",
                          f"{ms['eager'] / ms['compiled']:.2f}x", f'{compiling:.1f}s',
                          f"{ms['speculative']:.3f} (k={k})" if k else '-',
@@ -288,6 +292,17 @@ def bench_steps():
           f'{device} {dtype}, ms a token, median of {rounds} rounds taking turns; compiled: engine.compile_decoding')
     print_table(['model', 'batch', 'eager', 'compiled', 'speedup', 'first call (compiles)', 'speculative compiled',
                  'vs eager'], rows)
+
+
+def profile_call(what, fn):
+    """Print the operations that take the most device time (CPU time on a CPU) in fn()."""
+    cuda = device.startswith('cuda')
+    activities = [torch.profiler.ProfilerActivity.CPU] + [torch.profiler.ProfilerActivity.CUDA] * cuda
+    with torch.profiler.profile(activities=activities) as prof:
+        fn()
+    print(f'{what}: the costliest operations')
+    print(prof.key_averages().table(sort_by='self_device_time_total' if cuda else 'self_cpu_time_total',
+                                    row_limit=15, max_name_column_width=70))
 
 
 def count_syncs(fn):

@@ -43,24 +43,28 @@ class KVCache:
     """
 
     def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
-        shape = (batch_size, max_slots, config.n_head, config.n_embd // config.n_head)
-        # one buffer per layer, written in place by index_put_ (a compiled step copies a buffer whole to scatter into
-        # a slice or a transpose of it); zeros, not empty: a hidden key still enters the attention scores
+        n_head = config.n_head
+        shape = (batch_size, n_head, max_slots, config.n_embd // n_head)
+        # one buffer per layer, head-major as attention reads it (a matmul over (row, head) pairs copies a buffer
+        # whose two dims do not merge), written in place by index_put_ (a compiled step copies a buffer whole to
+        # scatter into a slice of it); zeros, not empty: a hidden key still enters the attention scores
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.rows = torch.arange(batch_size, device=device)
+        self.heads = torch.arange(n_head, device=device).view(1, n_head, 1)
         self.end = None  # the slots a forward attends: all, or the first `end` where the caller knows no row has more
 
     def begin(self, width):
         """Place the next forward's `width` new slots after each row's committed ones."""
-        self.index = (self.rows.unsqueeze(1), self.lengths.unsqueeze(1) + torch.arange(width, device=self.rows.device))
+        slots = self.lengths.unsqueeze(1) + torch.arange(width, device=self.rows.device)
+        self.index = (self.rows.view(-1, 1, 1), self.heads, slots.unsqueeze(1))
 
     def update(self, layer, k, v):
         """Write the new slots' keys and values (B, nh, width, hs); return the layer's, all max_slots of them."""
         for buf, new in ((self.k[layer], k), (self.v[layer], v)):
-            buf.index_put_(self.index, new.transpose(1, 2).to(buf.dtype))
-        return self.k[layer][:, :self.end].transpose(1, 2), self.v[layer][:, :self.end].transpose(1, 2)
+            buf.index_put_(self.index, new.to(buf.dtype))
+        return self.k[layer][:, :, :self.end], self.v[layer][:, :, :self.end]
 
     def mask(self, m, width, copies=0):
         """(B, 1, width + copies, end or max_slots) attention of a forward's new slots: row b's m[b] (an int or (B,))
@@ -69,7 +73,7 @@ class KVCache:
         committed slots and no other."""
         S, dev = width + copies, self.lengths.device
         # each key's place among the row's new slots (negative: committed)
-        t = (torch.arange(self.end or self.k[0].size(1), device=dev) - self.lengths.unsqueeze(1)).unsqueeze(1)
+        t = (torch.arange(self.end or self.k[0].size(2), device=dev) - self.lengths.unsqueeze(1)).unsqueeze(1)
         s = torch.arange(S, device=dev).view(1, S, 1)
         m = m.view(-1, 1, 1) if torch.is_tensor(m) else m
         return ((t < 0) | (t == s) | ((s < m) & (t <= s)) | ((s >= width) & (t < m - 1))).unsqueeze(1)
@@ -80,7 +84,7 @@ class KVCache:
         if last is not None:
             dst = self.lengths + counts - 1
             for buf in self.k + self.v:
-                buf[self.rows, dst] = buf[self.rows, dst + last]
+                buf[self.rows, :, dst] = buf[self.rows, :, dst + last]
         self.lengths += counts
 
 
@@ -165,8 +169,8 @@ class Engine:
         """
         self.new = positions.size(1)
         end = self.length + self.new + targets.size(1) - 1
-        if end > self.cache.k[0].size(1):
-            raise ValueError(f'KV cache overflow: {end} slots needed, {self.cache.k[0].size(1)} allocated')
+        if end > self.cache.k[0].size(2):
+            raise ValueError(f'KV cache overflow: {end} slots needed, {self.cache.k[0].size(2)} allocated')
         self.cache.end = end
         # the first step reads the prompt, whose length varies between calls: eager, not a graph per prompt
         return self.forward(tokens, positions, targets, eager=self.length == 0)

@@ -288,7 +288,8 @@ class Network(nn.Module):
         return h
 
     def make_rotary(self):
-        """One RoPE table for every layer (rotary encodings), computed per forward, not per layer."""
+        """One RoPE table for every layer (rotary encodings), built once from the config; a forward looks up its slots'
+        rows once and every layer turns with them."""
         cfg = self.config
         self.rotary = Rotary(cfg.n_embd // cfg.n_head, cfg.block_size) if cfg.is_rotary else None
 

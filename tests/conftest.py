@@ -222,6 +222,21 @@ def char_ckpt(workdir):
 
 
 @pytest.fixture(scope='session')
+def char_ckpt_by_positions(workdir, char_ckpt):
+    """position_encoding -> out_dir of a tiny char-level decoder trained as char_ckpt with that encoding, made on
+    first use: 'learned' is char_ckpt's run."""
+    made = {'learned': char_ckpt}
+
+    def out_dir(positions):
+        if positions not in made:
+            made[positions] = f'out-char-{positions}'
+            train(workdir, made[positions], '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3',
+                  f'--position_encoding={positions}')
+        return made[positions]
+    return out_dir
+
+
+@pytest.fixture(scope='session')
 def mdm_ckpt(workdir):
     """out_dir (relative to workdir) of a tiny char-level encoder (MDM) trained briefly on data/shakespeare_char."""
     train(workdir, 'out-mdm', '--architecture=encoder', '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3')

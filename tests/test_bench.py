@@ -68,12 +68,13 @@ def test_gpu_check_dry_run(tmp_path, workdir):
     shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns('.git', 'out*', 'tests', 'docs', '__pycache__', '*.bin',
                                                               'meta.pkl', 'input.txt', 'wandb'))
     shutil.copytree(workdir / 'data' / 'shakespeare_char', root / 'data' / 'shakespeare_char', dirs_exist_ok=True)
-    for split in ('train', 'val'):
-        synthetic_gpt2_ids(20000, 0).tofile(root / 'data' / 'shakespeare' / f'{split}.bin')
+    for name in ('shakespeare', 'python'):
+        for split in ('train', 'val'):
+            synthetic_gpt2_ids(20000, 0).tofile(root / 'data' / name / f'{split}.bin')
     env = dict(os.environ, SMALL='1', OUT=str(tmp_path / 'out'))
     subprocess.run(['bash', 'tools/gpu_check.sh'], cwd=root, env=env, check=True, capture_output=True)
     report = (tmp_path / 'out' / 'report.md').read_text()
     verdicts = re.findall(r'^## (.*): (\S+)', report, flags=re.M)
-    assert len(verdicts) == 9 and all(v == 'ok,' for _, v in verdicts), report
-    for table in ('speculative compiled', 'encoder / AO-GPT', 'ensemble=8', 'forwards/token'):
+    assert len(verdicts) == 11 and all(v == 'ok,' for _, v in verdicts), report
+    for table in ('speculative compiled', 'encoder / AO-GPT', 'ensemble=8', 'forwards/token', 'metrics.jsonl, rotary'):
         assert table in report, table

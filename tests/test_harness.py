@@ -126,6 +126,19 @@ def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
                    zip(expected, pairs))
 
 
+@pytest.mark.parametrize('positions', ['learned', 'rotary', 'rotary_plain'])
+def test_loglikelihood_equals_full_forwards_for_each_position_encoding(workdir, char_ckpt_by_positions, positions):
+    # batched and ensembled scoring (masks, few query slots) against full forwards, with each position encoding
+    lm = make_lm(workdir, char_ckpt_by_positions(positions), ensemble=3, max_tokens=200)
+    assert lm.model.config.position_encoding == positions
+    rng = random.Random(1)
+    pairs = [(random_text(rng, lm.vocab, 0, 40), random_text(rng, lm.vocab, 1, 5)) for _ in range(6)]
+    results = lm.loglikelihood(requests('loglikelihood', *pairs))
+    for (logp, _), pair in zip(results, pairs):
+        x, n = scored_tokens(lm, *pair)
+        assert logp == pytest.approx(direct_mixture(lm.model, x, n, 3, harness.content_seed(SEED, x)), abs=1e-4)
+
+
 def test_an_ensemble_score_does_not_depend_on_its_neighbours(workdir, char_ckpt, caplog):
     with caplog.at_level(logging.WARNING, logger='harness'):
         lm = make_lm(workdir, char_ckpt, ensemble=4)

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The GPU check: the speed figures of docs/speed.md on one GPU, in one call of about 9 minutes (at most 14: each
-# step's limit).
+# The GPU check: the speed figures of docs/speed.md and the small recipe's curves on the Python corpus
+# (docs/training.md) on one GPU, each step under its own time limit (about 15 minutes in all; ONLY picks steps, so
+# that two calls fit a session's device time).
 #
-#   bash tools/gpu_check.sh                 # on a machine with a GPU; the report in $OUT/report.md
-#   SMALL=1 bash tools/gpu_check.sh         # a dry run on the CPU with tiny models (tests/test_bench.py)
+#   bash tools/gpu_check.sh                           # on a machine with a GPU; the report in $OUT/report.md
+#   ONLY='python decode' bash tools/gpu_check.sh      # some steps only (keys: env train char python decode arch
+#                                                     #   ensemble speculate), the runs kept in $WORK for the next call
+#   SMALL=1 bash tools/gpu_check.sh                   # a dry run on the CPU with tiny models (tests/test_bench.py)
 #
-# Needs data/shakespeare and data/shakespeare_char prepared (python data/<set>/prepare.py; a GPU machine without a
-# network can take them as they are). Each step runs under its own time limit, so one that hangs or runs long costs
-# only its own figures; the report says which ended how. $OUT (default gpu-check/) gets report.md and all.log.
+# Needs data/shakespeare, data/shakespeare_char and data/python prepared (python data/<set>/prepare.py; a GPU machine
+# without a network can take them as they are). Each step runs under its own time limit, so one that hangs or runs
+# long costs only its own figures; the report says which ended how. $OUT (default gpu-check/) gets report.md and
+# all.log (each call's steps appended); $WORK (default out-gpu-check/) the runs' checkpoints, which later steps and
+# calls read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-check}
@@ -18,76 +23,103 @@ fi
 REPORT=$OUT/report.md
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline
 
-WORK=$(mktemp -d)  # the runs' checkpoints: a fresh folder, so that every run starts from scratch
+WORK=${WORK:-out-gpu-check}
+ONLY=${ONLY:-env train char python decode arch ensemble speculate}
 if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none of its figures mean anything
     SCALE=(--device=cpu --dtype=float32)
     BLOCK=64
     RECIPE=(--n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16 --block_size=$BLOCK --vocab_size=512)
-    TRAIN=(--device=cpu --dtype=float32 --compile=False --n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16
-           --block_size=$BLOCK --batch_size=4 --max_iters=4 --eval_interval=4 --eval_iters=1 --log_interval=2
-           --warmup_iters=2 --lr_decay_iters=4)
+    TINY=(--device=cpu --dtype=float32 --compile=False --n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16
+          --block_size=$BLOCK --batch_size=4 --eval_iters=1 --log_interval=2)  # after each training's own flags
+    SHORT=(--max_iters=4 --eval_interval=4 --warmup_iters=2 --lr_decay_iters=4)
     CHAR_ITERS=20
+    LONG=(--max_iters=4 --eval_interval=2 --warmup_iters=2 --lr_decay_iters=4)
+    BATCHES=2  # one batch: each compiles its graphs
     SYNC=()
     SPECULATE=(--speculate_k=4 --compile=False)  # compiling a graph for each k and batch takes minutes here
 else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     SCALE=(--device=cuda --dtype=bfloat16)
     BLOCK=1024
     RECIPE=(--n_layer=12 --n_head=12 --n_embd=768 --cond_dim=128 --block_size=$BLOCK --vocab_size=50304)
-    TRAIN=(--max_iters=40 --eval_interval=40 --eval_iters=2 --log_interval=10 --warmup_iters=10 --lr_decay_iters=40)
+    TINY=()
+    SHORT=(--max_iters=40 --eval_interval=40 --eval_iters=2 --log_interval=10 --warmup_iters=10 --lr_decay_iters=40)
     CHAR_ITERS=500
-    SYNC=(--sync_check=True)
+    # the Python corpus: about 2 minutes a run with the compile, 1,000 iterations of 16 x 1,024 tokens (16M tokens,
+    # an epoch)
+    LONG=(--max_iters=1000 --eval_interval=200 --eval_iters=10 --log_interval=100 --warmup_iters=100
+          --lr_decay_iters=1000)
+    BATCHES=1,16,64
+    SYNC=(--sync_check=True --step_profile=True)
     SPECULATE=(--speculate_k=4,8,auto --compile=True)
 fi
 
-step() {  # step NAME SECONDS COMMAND...: run COMMAND under a time limit; its output's end goes in the report
-    local name=$1 seconds=$2 log t0=$SECONDS rc verdict
+step() {  # step KEY NAME SECONDS COMMAND...: run COMMAND under a time limit if ONLY has KEY; its output's end goes
+         # in the report
+    local key=$1 name=$2 seconds=$3 log t0=$SECONDS rc verdict
+    [[ " $ONLY " == *" $key "* ]] || return 0
     [ "${SMALL:-0}" = 1 ] && seconds=300  # the CPU compiles slowly; tiny models decide nothing
-    shift 2
+    shift 3
     log=$(mktemp)
     timeout --kill-after=10 "$seconds" "$@" >"$log" 2>&1
     rc=$?
     case $rc in 0) verdict=ok ;; 124|137) verdict="stopped at its limit of $seconds s" ;; *) verdict="exit $rc" ;; esac
     { echo "## $name: $verdict, $((SECONDS - t0)) s"; echo; echo '```'; echo "\$ $*"
-      grep -v -e 'Warning' -e '^ *warnings.warn' -e '^override: ' "$log" | tail -n 40; echo '```'; echo; } >>"$REPORT"
+      grep -v -e 'Warning' -e '^ *warnings.warn' -e '^override: ' "$log" | tail -n 60; echo '```'; echo; } >>"$REPORT"
     { echo "===== $name: $verdict"; cat "$log"; } >>"$OUT/all.log"
     rm -f "$log"
 }
 
-{ echo "# GPU check, $(date -u +%Y-%m-%d)"; echo; } >"$REPORT"
-: >"$OUT/all.log"
-step environment 60 python3 -c "
+{ echo "# GPU check, $(date -u +%Y-%m-%d), steps: $ONLY"; echo; } >>"$REPORT"
+touch "$OUT/all.log"
+step env environment 60 python3 -c "
 import torch, platform
 print('python', platform.python_version(), '| torch', torch.__version__, '| cuda', torch.version.cuda)
 print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU: ' + platform.processor())"
 
 # training: tok/s, MFU and peak memory of the small recipe (tiny Shakespeare in GPT-2 BPE stands in for OpenWebText);
 # its checkpoint is the ensemble's model. The rotary run comes last: the least needed if time runs short
-step 'training, learned positions' 100 torchrun --standalone --nproc_per_node=1 train.py config/train_ao_gpt_small.py \
-    --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/learned "${TRAIN[@]}"
+step train 'training, learned positions' 100 torchrun --standalone --nproc_per_node=1 train.py config/train_ao_gpt_small.py \
+    --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/learned --overwrite=True "${SHORT[@]}" "${TINY[@]}"
 # a character-level AO-GPT (the quick start's config) for the small-vocabulary rows
-step 'training, the quick start (char)' 45 python3 train.py config/train_shakespeare_char.py \
-    --out_dir=$WORK/char --max_iters=$CHAR_ITERS --lr_decay_iters=$CHAR_ITERS --eval_interval=$CHAR_ITERS \
+step char 'training, the quick start (char)' 45 python3 train.py config/train_shakespeare_char.py \
+    --out_dir=$WORK/char --overwrite=True --max_iters=$CHAR_ITERS --lr_decay_iters=$CHAR_ITERS --eval_interval=$CHAR_ITERS \
     --warmup_iters=$((CHAR_ITERS / 5)) --eval_iters=2 --log_interval=100 "${SCALE[@]}"
-# decoding: eager against compiled steps (CUDA graphs), 256 tokens one per step at block 1,024, batch 1 and 16, and
-# compiled speculative decoding (auto k); host syncs in the loop checked with torch.cuda.set_sync_debug_mode
-step 'decoding steps, eager and compiled' 170 python3 bench.py --run=step --checkpoint=$WORK/char/ckpt.pt \
-    "${SCALE[@]}" "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --step_batches=1,16 --rounds=3 \
+# the small recipe on the Python standard library's source (data/python), learned positions against rotary (queries
+# at the target): the val losses any-order and left to right against the iteration (docs/training.md)
+for pe in learned rotary; do
+    config=config/train_ao_gpt_small.py
+    [ $pe = rotary ] && config=config/train_ao_gpt_small_rotary.py
+    step python "the small recipe on the Python corpus, $pe positions" 150 torchrun --standalone --nproc_per_node=1 \
+        train.py $config --dataset=python --gradient_accumulation_steps=1 --out_dir=$WORK/python-$pe --overwrite=True \
+        "${LONG[@]}" "${TINY[@]}"
+    [ -f $WORK/python-$pe/metrics.jsonl ] && { echo "### metrics.jsonl, $pe"; echo '```'; cat $WORK/python-$pe/metrics.jsonl
+                                                echo '```'; echo; } >>"$REPORT"
+done
+# decoding: eager against compiled steps (CUDA graphs), 256 tokens one per step at block 1,024, batch 1, 16 and 64
+# (the char model's rows where it was trained), and compiled speculative decoding (auto k); host syncs in the loop
+# checked with torch.cuda.set_sync_debug_mode, and where a compiled call's time goes (the profiler)
+CHAR=()
+[ -f $WORK/char/ckpt.pt ] && CHAR=(--checkpoint=$WORK/char/ckpt.pt)
+step decode 'decoding steps, eager and compiled' 160 python3 bench.py --run=step "${CHAR[@]}" \
+    "${SCALE[@]}" "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --step_batches=$BATCHES --rounds=3 \
     "${SYNC[@]}"
 # the paper's Figure 4: the encoder against AO-GPT, 1,024 tokens one per step, batch 16, compiled
-step 'encoder against AO-GPT' 150 python3 bench.py --run=arch --arch_train=False --compile=True "${SCALE[@]}" \
+step arch 'encoder against AO-GPT' 120 python3 bench.py --run=arch --arch_train=False --compile=True "${SCALE[@]}" \
     "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --batch_size=16
 # the context-order ensemble's seconds per 1,024-token chunk, float32 (the authors') and bf16
-step 'eval_ppl.py --ensemble 8, float32' 45 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
+step ensemble 'eval_ppl.py --ensemble 8, float32' 45 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=float32 "${SCALE[@]:0:1}"
-step 'eval_ppl.py --ensemble 8, bfloat16' 30 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
+step ensemble 'eval_ppl.py --ensemble 8, bfloat16' 30 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=bfloat16 "${SCALE[@]:0:1}"
-# speculative decoding (compiled) against one token per step, top_p 0.9, k = 4, 8 and auto, on the char model and a
-# random model of the recipe's size (GPT-2's vocabulary)
-step 'speculative decoding' 120 python3 bench.py --run=speculate --checkpoint=$WORK/char/ckpt.pt "${SCALE[@]}" \
+# speculative decoding (compiled) against one token per step, top_p 0.9, k = 4, 8 and auto, at batch 1 and 16: on the
+# small recipe trained on the Python corpus (GPT-2's vocabulary; how many drafts are kept depends on what the model
+# learned) where it was, else on the char model and a random model of the recipe's size
+MODEL=(--checkpoint=$WORK/char/ckpt.pt)
+[ -f $WORK/python-learned/ckpt.pt ] && MODEL=(--checkpoint=$WORK/python-learned/ckpt.pt --speculate_random=False)
+step speculate 'speculative decoding' 170 python3 bench.py --run=speculate "${MODEL[@]}" "${SCALE[@]}" \
     "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
     --speculate_tokens=$((BLOCK / 4)) --batch_size=16 --rounds=2
-step 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
-    config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary \
-    "${TRAIN[@]}"
-rm -rf "$WORK"
+step train 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
+    config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary --overwrite=True \
+    "${SHORT[@]}" "${TINY[@]}"
 echo "report: $REPORT"
