@@ -1,10 +1,14 @@
-"""Data preparation: the shakespeare_char script end to end, the openwebtext tokenize-and-write path on local text."""
+"""Data preparation: the shakespeare_char script end to end, the Python corpus, the openwebtext tokenize-and-write path
+on local text."""
 import json
 import os
 import pickle
+import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
+import zlib
 
 import numpy as np
 import pytest
@@ -12,7 +16,7 @@ import tiktoken
 from datasets import load_dataset
 
 import data.openwebtext.prepare as openwebtext
-from conftest import ROOT, synthetic_play
+from conftest import ROOT, TINY, metrics, run_script, synthetic_play
 from data.openwebtext.prepare import split_val, tokenize, write_bins
 
 
@@ -43,6 +47,36 @@ def test_shakespeare_in_gpt2_bpe(shakespeare, tmp_path):  # shakespeare: skips u
     assert (len(train), len(val)) == (301966, 36059)
     assert tiktoken.get_encoding('gpt2').decode(train[:3].tolist()) == 'First Citizen:'
     assert not (tmp_path / 'shakespeare' / 'meta.pkl').exists()
+
+
+@pytest.mark.needs('gpt2_bpe')
+def test_python_corpus_is_the_standard_library_and_trains(tmp_path):
+    """data/python: every .py file of the stdlib outside site-packages, sorted, one end-of-text after each, split by
+    the CRC-32 of its path; source.json says which Python; a tiny model trains on it."""
+    for name in ('shakespeare_char', 'shakespeare', 'python'):  # the Python script shares the others' helpers
+        (tmp_path / 'data' / name).mkdir(parents=True)
+        shutil.copy(os.path.join(ROOT, 'data', name, 'prepare.py'), tmp_path / 'data' / name)
+    subprocess.run([sys.executable, tmp_path / 'data' / 'python' / 'prepare.py'], check=True, capture_output=True)
+    folder = tmp_path / 'data' / 'python'
+    source = json.loads((folder / 'source.json').read_text())
+    assert source['python'] == platform.python_version() and not (folder / 'meta.pkl').exists()
+    root = sysconfig.get_paths()['stdlib']
+    paths = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+                   if f.endswith('.py') and not {'site-packages', 'dist-packages', '__pycache__'} & set(d.split(os.sep)))
+    val = [p for p in paths if zlib.crc32(p.encode()) % 50 == 0 and p not in source['skipped_not_utf8']]
+    assert source['val']['files'] == len(val) and source['train']['files'] + len(val) + len(
+        source['skipped_not_utf8']) == len(paths)
+    enc = tiktoken.get_encoding('gpt2')
+    for split, first in (('train', next(p for p in paths if p not in val and p not in source['skipped_not_utf8'])),
+                         ('val', val[0])):
+        ids = np.fromfile(folder / f'{split}.bin', dtype=np.uint16)
+        assert len(ids) == source[split]['tokens'] and (ids == enc.eot_token).sum() == source[split]['files']
+        with open(os.path.join(root, first), encoding='utf-8') as f:
+            expected = enc.encode_ordinary(f.read()) + [enc.eot_token]
+        assert ids[:len(expected)].tolist() == expected  # the first file of the split, whole, then end-of-text
+    run_script('train.py', '--dataset=python', *TINY, '--max_iters=4', '--eval_interval=4', '--out_dir=out-py',
+               cwd=tmp_path)
+    assert metrics(tmp_path, 'out-py')[-1]['iter'] == 4
 
 
 @pytest.mark.parametrize('mirror,problem', [('nowhere', 'AOGPT_DATA_DIR={} does not exist'),
