@@ -3,12 +3,12 @@ The paper's findings (Xue et al., arXiv 2506.19935) reproduced by one command an
 reviewer would: every kind of model gets its own settings from one small sweep, the comparisons
 run over seeds, and every claim gets its effect, a 95% interval, its n and a verdict by one rule.
 
-    python findings.py --preset=cpu               # tiny Shakespeare, characters, 2 CPU cores (about 2 hours)
+    python findings.py --preset=cpu               # tiny Shakespeare, characters, 2 CPU cores (about 3 hours)
     python findings.py --preset=cpu --out_dir=docs/findings-cpu --readme=README.md   # as committed
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long   # our own findings only (the mixed kind's sweep first)
+    python findings.py --preset=cpu --only=plateau,long,length   # our own findings only (their kinds' sweeps first)
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 What it does, each run in its own folder out_dir/runs/<name> through train.py, eval_ppl.py and gen_ppl.py:
@@ -48,6 +48,10 @@ The findings are numbered by the paper's figure that shows them (sample quality 
   long     the same at block 256 (batch 4: the tokens per iteration of 64 x 16), 'learned' against
            'rotary', 2 seeds, any-order and left-to-right losses (cpu and smoke presets; on the gpu
            preset's block of 1,024 the plateau finding is already the long one)
+  length   AO-GPT with queries at the target ('rotary', the mixed kind's learning rate) against the
+           encoder's NELBO and the l2r GPT, each with its swept settings, at blocks 64, 256 and 1,024
+           (the tokens of an iteration kept: batch 16, 4, 1), 2 seeds; final losses against the block size
+           (cpu and smoke presets)
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -103,7 +107,8 @@ FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1
             '6': 'Generation: time and sample quality (Fig. 4, Table 2)',
             '8': 'AdaLN against additive injection; EMA against raw weights',
             'plateau': "(Ours) Queries at the target position remove AO-GPT's plateau",
-            'long': '(Ours) Queries at the target position at longer blocks'}
+            'long': '(Ours) Queries at the target position at longer blocks',
+            'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow'}
 ALIASES = {'5': '4', '7': '6'}
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
@@ -133,7 +138,9 @@ KINDS = {
     'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}),
 }
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
-                 '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed']}
+                 '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
+                 'length': ['mixed', 'encoder', 'l2r']}
+NEEDS = {'long': 'long', 'length': 'lengths'}  # the findings a preset runs only if it has this entry
 
 PRESETS = {
     # the quick start's model and data, 2,000 iterations a run; gate_init kept at the quick start's 1.0 so that
@@ -143,6 +150,8 @@ PRESETS = {
         train=dict(max_iters=2000, lr_decay_iters=2000, eval_interval=250, log_interval=250),
         grid=dict(learning_rate=(3e-3, 1e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
         long=dict(block_size=256, batch_size=4),  # finding long: 4 x 256 tokens an iteration, as 16 x 64
+        # finding length: each block and its flags, the tokens of an iteration kept (the first: the preset's own runs)
+        lengths=((64, {}), (256, dict(block_size=256, batch_size=4)), (1024, dict(block_size=1024, batch_size=1))),
         seeds=3, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
         eval=dict(ensemble=16, max_chunks=100),
@@ -170,6 +179,7 @@ PRESETS = {
                    lr_decay_iters=30, warmup_iters=5, eval_interval=10, eval_iters=2, log_interval=10, order_block=8),
         grid=dict(learning_rate=(1e-2,), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
         long=dict(block_size=64, batch_size=2),
+        lengths=((32, {}), (64, dict(block_size=64, batch_size=2))),
         seeds=2, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12)],
         eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
@@ -227,18 +237,18 @@ def report_ready():
 
 def selected_findings(text):
     """The finding names of --only, in the paper's order, ours last; one line for an unknown one, or for
-    finding long on a preset without long blocks."""
-    has_long = 'long' in PRESETS[preset]
+    a finding of longer blocks on a preset without them."""
+    runs_here = lambda name: NEEDS.get(name, 'config') in PRESETS[preset]
     if not text.strip():
-        return [name for name in FINDINGS if name != 'long' or has_long]
+        return [name for name in FINDINGS if runs_here(name)]
     names = set()
     for entry in text.split(','):
         name = ALIASES.get(entry.strip(), entry.strip())
         if name not in FINDINGS:
             fail(f"--only takes findings among {', '.join(FINDINGS)} (5 and 7 are parts of 4 and 6), "
                  f"got {entry.strip()!r}")
-        if name == 'long' and not has_long:
-            fail(f'--only=long: the {preset} preset has no long blocks (its block is already long: its finding '
+        if not runs_here(name):
+            fail(f'--only={name}: the {preset} preset has no longer blocks (its block is already long: its finding '
                  'plateau is the long-block one)')
         names.add(name)
     return [name for name in FINDINGS if name in names]
@@ -307,7 +317,15 @@ def seed_runs(p, findings, seed_list, chosen, sweep):
     if 'long' in findings:
         runs.update({f'mixed-long-{pe}-s{s}': run_flags(p, 'mixed', at(pe), s) | p['long']
                      for pe in LONG_POSITIONS for s in seed_list[:2]})
+    if 'length' in findings:
+        points = {'mixed': at('rotary'), 'encoder': chosen['encoder'][0], 'l2r': chosen['l2r'][0]}
+        runs.update({length_run(kind, block, s): run_flags(p, kind, point, s) | flags
+                     for block, flags in p['lengths'] for kind, point in points.items() for s in seed_list[:2]})
     return same_runs(runs, sweep)
+
+
+def length_run(kind, block_size, seed):
+    return f'{kind}-block{block_size}-s{seed}'
 
 
 def same_runs(runs, planned):
@@ -865,6 +883,28 @@ def finding_long(m, long):
                    'val left-to-right loss, nats).', runs['learned'], runs['rotary'], 'val_l2r')]
 
 
+def finding_length(m, lengths):
+    """AO-GPT (rotary, its swept learning rate) against the encoder's NELBO and the l2r GPT at each block."""
+    runs = {block: {kind: [length_run(kind, block, s) for s in m.seed_list[:2]] for kind in ('mixed', 'encoder', 'l2r')}
+            for block, _ in lengths}
+    blocks = list(runs)
+    readings = (('mixed', 'val_ao', "AO-GPT (queries at the target), any-order loss"),
+                ('encoder', 'val_ao', "encoder MDM, NELBO"), ('l2r', 'val_l2r', 'left-to-right GPT, left-to-right loss'))
+    fig = m.figure('ours_length.png', FINDINGS['length'], 'block size (tokens; the tokens of an iteration kept)',
+                   f'final {LOSS}', [(label, blocks, [m.finals(runs[b][kind], key) for b in blocks])
+                                     for kind, key, label in readings], logx=True)
+    claims = []
+    for block, by_kind in runs.items():
+        numbers = {f'final val loss, {label}': spread(m.finals(by_kind[kind], key)) for kind, key, label in readings}
+        claims.append(claim(f"(Ours) At block {block} AO-GPT (10% left to right, its swept learning rate, queries at "
+                            "the target position) ends with an any-order loss below the encoder's NELBO (each with "
+                            "its swept settings, the same tokens; effect: the encoder's final EMA val NELBO minus "
+                            "AO-GPT's any-order loss, nats).", numbers,
+                            unpaired_interval(m.finals(by_kind['encoder'], 'val_ao'), m.finals(by_kind['mixed'], 'val_ao')),
+                            stuck=m.stuck(by_kind['mixed'] + by_kind['encoder'])))
+    return [fig], claims
+
+
 def sweep_section(p, chosen, runs_dir, out):
     """The sweep as a finding-like entry: a figure of the final own losses and the choices."""
     series = []
@@ -894,7 +934,7 @@ def analyse(findings, p, m, chosen, runs_dir):
                 '6': lambda: finding_6(m, generation_times(p, m.folders, m.seed_list[0], runs_dir),
                                        {kind: gen_rows(m, kind) for kind in ('mixed', 'encoder')}),
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
-                'long': lambda: finding_long(m, p.get('long'))}
+                'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'))}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()

@@ -13,7 +13,8 @@ from conftest import one_line_error, run_script, says
 
 FIGURES = ['sweep.png', 'fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
            'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig4_time_vs_length.png',
-           'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png', 'ours_plateau.png', 'ours_long_blocks.png']
+           'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png', 'ours_plateau.png', 'ours_long_blocks.png',
+           'ours_length.png']
 VERDICTS = {'holds', 'does not hold', 'below the practical floor', 'not resolvable at this size',
             'not judged: a run it compares did not learn'}
 PNG = b'\x89PNG\r\n\x1a\n'
@@ -43,7 +44,8 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
     for name in FIGURES:
         assert (out / name).read_bytes().startswith(PNG), name
     results = json.loads((out / 'results.json').read_text())
-    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8', 'plateau', 'long']
+    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8', 'plateau', 'long',
+                                                          'length']
     md = (out / 'results.md').read_text()
     for finding in results['findings'][1:]:
         assert f"## {finding['finding']}. {finding['title']}" in md
@@ -54,7 +56,7 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
             assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n']
         for name in finding['figures']:
             assert f'![{name}]({name})' in md
-    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2]
+    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 2]  # length: a claim a block
     timing = {c['claim']: c['numbers']['effect [95% interval] (n)'] for c in results['findings'][5]['claims']}
     assert [i['n'] for c, i in timing.items() if 'generates faster' in c or 'grows with the sequence' in c] == \
         ['2 timing repeats'] * 2
@@ -129,6 +131,15 @@ def test_runs_with_the_flags_of_another_are_trained_once():
                                                                                           batch_size=4)
     assert findings.seed_runs(p, ['long'], seeds, {'mixed': (point, None, None)}, sweep).keys() == \
         {f'mixed-long-{pe}-s{s}' for pe in ('learned', 'rotary') for s in (1337, 1)}  # no seeds of the kind
+    chosen = {'mixed': (point, None, None), 'encoder': (point, None, None), 'l2r': (point | dict(learning_rate=3e-3),
+                                                                                None, None)}
+    runs = findings.seed_runs(p, ['long', 'length'], seeds, chosen, sweep)
+    # finding length: the base block's runs are the kinds' seeds, block 256's AO-GPT runs are finding long's rotary
+    assert runs['encoder-block64-s1'] == 'encoder-s1' and runs['mixed-block256-s1'] == 'mixed-long-rotary-s1'
+    assert runs['l2r-block1024-s1337'] == findings.run_flags(p, 'l2r', chosen['l2r'][0], 1337) | dict(
+        block_size=1024, batch_size=1)
+    assert not any(name.startswith(('mixed-block', 'encoder-block', 'l2r-block')) and name.endswith('-s2')
+                   for name in runs)  # two seeds
     assert findings.same_runs({'a': dict(x=1), 'b': dict(x=1), 'c': dict(x=2)}, {'s': dict(x=2)}) == \
         {'a': dict(x=1), 'b': 'a', 'c': 's'}
 
@@ -237,9 +248,12 @@ def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     assert args['position_encoding'] == 'rotary_plain' and args['seed'] == 1 and args['block_size'] == 32
     args = json.loads((out / 'runs' / 'mixed-long-rotary-s1' / 'args.json').read_text())
     assert (args['block_size'], args['batch_size'], args['position_encoding']) == (64, 2, 'rotary')
-    plateau, long = results['findings'][-2:]
+    plateau, long, length = results['findings'][-3:]
     assert plateau['title'].startswith('(Ours)') and long['title'].startswith('(Ours)')
-    for finding, n in ((plateau, '2 vs 2 runs'), (long, '2 vs 2 runs')):
+    args = json.loads((out / 'runs' / 'encoder-block64-s1' / 'args.json').read_text())
+    assert (args['block_size'], args['batch_size'], args['architecture']) == (64, 2, 'encoder')
+    assert 'mixed-block64-s1' not in runs  # it is mixed-long-rotary-s1
+    for finding, n in ((plateau, '2 vs 2 runs'), (long, '2 vs 2 runs'), (length, '2 vs 2 runs')):
         for claim in finding['claims']:
             interval = claim['numbers']['effect [95% interval] (n)']
             assert claim['claim'].startswith('(Ours)') and interval['n'] == n
@@ -302,9 +316,10 @@ def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, wo
 @pytest.mark.slow
 def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
     out, _, _ = smoke
-    says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8, plateau, long')
-    says(one_line_error('findings.py', '--preset=gpu', '--only=long', '--dry_run', cwd=workdir), '--only=long',
-         'gpu preset', 'plateau')
+    says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8, plateau, long, length')
+    for name in ('long', 'length'):
+        says(one_line_error('findings.py', '--preset=gpu', f'--only={name}', '--dry_run', cwd=workdir), f'--only={name}',
+             'gpu preset', 'plateau')
     says(one_line_error('findings.py', '--preset=tiny', cwd=workdir), '--preset', 'cpu, gpu, smoke')
     says(one_line_error('findings.py', '--seeds=9', cwd=workdir), '--seeds', '9')
     says(one_line_error('findings.py', '--seeds=1', cwd=workdir), '--seeds', '[2, 5]')
