@@ -84,6 +84,7 @@ from checkpoints import load_checkpoint
 from common import at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl
 from configurator import configure
 from engine import generate
+from scoring import losses_by_context
 from report import (RULE, line_figure, mean_interval, number, paired_interval, spread, unpaired_interval, verdict,
                     write_results)
 
@@ -152,6 +153,8 @@ PRESETS = {
         long=dict(block_size=256, batch_size=4),  # finding long: 4 x 256 tokens an iteration, as 16 x 64
         # finding length: each block and its flags, the tokens of an iteration kept (the first: the preset's own runs)
         lengths=((64, {}), (256, dict(block_size=256, batch_size=4)), (1024, dict(block_size=1024, batch_size=1))),
+        context=dict(chunks=16, per_share=2),  # finding length's losses by context: val chunks, the encoder's
+        # forwards per tenth of the block known
         seeds=3, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
         eval=dict(ensemble=16, max_chunks=100),
@@ -180,6 +183,7 @@ PRESETS = {
         grid=dict(learning_rate=(1e-2,), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
         long=dict(block_size=64, batch_size=2),
         lengths=((32, {}), (64, dict(block_size=64, batch_size=2))),
+        context=dict(chunks=2, per_share=1),
         seeds=2, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12)],
         eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
@@ -883,8 +887,45 @@ def finding_long(m, long):
                    'val left-to-right loss, nats).', runs['learned'], runs['rotary'], 'val_l2r')]
 
 
-def finding_length(m, lengths):
-    """AO-GPT (rotary, its swept learning rate) against the encoder's NELBO and the l2r GPT at each block."""
+SHARES = 10  # finding length: the known share of a block, in bins of a tenth
+
+
+def context_losses(folder, dataset, block, chunks, per_share, seed=SEEDS[0]):
+    """A run's val losses by the share of the block known and by the distance from the nearest known token
+    (scoring.losses_by_context, the first `chunks` val chunks of its block, each in a random order; the encoder at
+    per_share known counts evenly within each tenth): {'share': mean nll per tenth known, 'distance': {d: mean nll} for
+    d = 1, 2, 4, ... (up to the next power of two) and 'none'}. Kept in folder/by_context.json, so that the
+    figure redraws without the checkpoint."""
+    path = os.path.join(folder, 'by_context.json')
+    if os.path.exists(path):
+        return read_json(path)
+    if not os.path.exists(os.path.join(folder, 'ckpt.pt')):
+        fail(f'{folder} has neither by_context.json nor ckpt.pt: train the run again (delete its folder) to measure it')
+    model = load_checkpoint(os.path.join(folder, 'ckpt.pt'))[0]
+    val = np.memmap(os.path.join('data', dataset, 'val.bin'), dtype=np.uint16, mode='r')
+    generator = torch.Generator().manual_seed(seed)
+    grid = [int((i + (j + 0.5) / per_share) * block / SHARES) for i in range(SHARES) for j in range(per_share)]
+    parts = [losses_by_context(model, torch.from_numpy(val[i * block:(i + 1) * block].astype(np.int64)),
+                               torch.randperm(block, generator=generator), grid) for i in range(chunks)]
+    known, distances, nlls = (torch.cat(p) for p in zip(*parts))
+    # each known count weighs as one prediction, as a decoder's slot does (the encoder predicts block - c at c)
+    weights = 1 / torch.bincount(known)[known].double()
+    mean = lambda where: ((weights * nlls)[where].sum() / weights[where].sum()).item()
+    share = known * SHARES // block
+    # distance d goes to the power of two at or above it: 1, 2, 4 (3 and 4), 8 (5 to 8), ...
+    rounded = torch.where(distances < block, 2 ** torch.ceil(torch.log2(distances.double())).long(), -1)
+    result = dict(share=[mean(share == i) for i in range(SHARES)],
+                  distance={('none' if d == -1 else str(d)): mean(rounded == d) for d in rounded.unique().tolist()})
+    with open(path + '.tmp', 'w') as f:  # then renamed: a kill never leaves it cut
+        json.dump(result, f)
+    os.replace(path + '.tmp', path)
+    return result
+
+
+def finding_length(m, lengths, dataset, context):
+    """AO-GPT (rotary, its swept learning rate) against the encoder's NELBO and the l2r GPT at each block; the
+    any-order loss of AO-GPT and the encoder by the share of the block known and by the distance from the nearest
+    known token."""
     runs = {block: {kind: [length_run(kind, block, s) for s in m.seed_list[:2]] for kind in ('mixed', 'encoder', 'l2r')}
             for block, _ in lengths}
     blocks = list(runs)
@@ -902,7 +943,25 @@ def finding_length(m, lengths):
                             "AO-GPT's any-order loss, nats).", numbers,
                             unpaired_interval(m.finals(by_kind['encoder'], 'val_ao'), m.finals(by_kind['mixed'], 'val_ao')),
                             stuck=m.stuck(by_kind['mixed'] + by_kind['encoder'])))
-    return [fig], claims
+    by_context = {(block, kind): [context_losses(m.folders[name], dataset, block, **context) for name in runs[block][kind]]
+                  for block in blocks for kind in ('mixed', 'encoder')}
+    labels = {'mixed': 'AO-GPT', 'encoder': 'encoder'}
+    shares = [(i + 0.5) / SHARES for i in range(SHARES)]
+    by_share = m.figure('ours_length_by_share.png', '(Ours) AO-GPT and the encoder: loss by the share known',
+                        'share of the block known (the place in the order, over the block)', LOSS,
+                        [(f'{labels[kind]}, block {block}', shares, [[r['share'][i] for r in rows] for i in range(SHARES)])
+                         for (block, kind), rows in by_context.items()])
+    by_distance = m.figure('ours_length_by_distance.png', '(Ours) AO-GPT and the encoder: loss by the nearest known token',
+                           'distance to the nearest known token (up to; none known: drawn at twice the block)', LOSS,
+                           [distance_series(f'{labels[kind]}, block {block}', block, rows)
+                            for (block, kind), rows in by_context.items()], logx=True)
+    return [fig, by_share, by_distance], claims
+
+
+def distance_series(label, block, rows):
+    """A figure series of runs' losses by distance: the distances every run has, 'none' drawn at 2 x block."""
+    keys = sorted(set.intersection(*(set(r['distance']) for r in rows)), key=lambda d: 2 * block if d == 'none' else int(d))
+    return label, [2 * block if d == 'none' else int(d) for d in keys], [[r['distance'][d] for r in rows] for d in keys]
 
 
 def sweep_section(p, chosen, runs_dir, out):
@@ -934,7 +993,7 @@ def analyse(findings, p, m, chosen, runs_dir):
                 '6': lambda: finding_6(m, generation_times(p, m.folders, m.seed_list[0], runs_dir),
                                        {kind: gen_rows(m, kind) for kind in ('mixed', 'encoder')}),
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
-                'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'))}
+                'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context'))}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()

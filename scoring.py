@@ -242,6 +242,41 @@ def nelbo_bound(estimates):
     return bound, bound * se
 
 
+def nearest_known(positions, known, n):
+    """The distance from each of positions (P,) to the nearest of known (K,); n (farther than any) when K = 0."""
+    if not len(known):
+        return torch.full((len(positions),), n)
+    return (positions[:, None] - known[None, :]).abs().min(1).values
+
+
+@torch.no_grad()
+def losses_by_context(model, x, order, counts):
+    """-log p of the tokens of x (n,) not yet read, given the first c positions of `order` (n,) known, with each
+    one's distance from the nearest known position (n when none is): (known counts, distances, nlls), one entry per
+    prediction.
+
+    A decoder reads x in `order`, and slot c predicts position order[c] from the c before it: every c, one
+    forward. The encoder sees the first `c` of the order for each c of `counts` and predicts every other position
+    (exchangeable with order[c]: the same loss in expectation, with less noise): a forward per count.
+    """
+    device = next(model.parameters()).device
+    n = len(x)
+    if not model.config.is_encoder:
+        _, loss = model(x[None].to(device), order[None].to(device), reduction='none')
+        distances = torch.cat([nearest_known(order[c:c + 1], order[:c], n) for c in range(n)])
+        return torch.arange(n), distances, loss[0].double().cpu()
+    known, distances, nlls = [], [], []
+    for c in counts:
+        hidden = order[c:]
+        z = x.clone()
+        z[hidden] = model.mask_id
+        logits = model.forward_masked(z[None].to(device), out_positions=hidden[None].to(device))[0]
+        nlls.append(F.cross_entropy(logits.float(), x[hidden].to(device), reduction='none').double().cpu())
+        distances.append(nearest_known(hidden, order[:c], n))
+        known.append(torch.full((len(hidden),), c))
+    return torch.cat(known), torch.cat(distances), torch.cat(nlls)
+
+
 def l2r_queries(chunks, first, desc):
     """(chunk index, position) of each left-to-right query, from position `first` on."""
     for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):

@@ -11,13 +11,14 @@ import sys
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 import eval_ppl as script
 from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
                         paper_chunks, ptb_detokenize, wikitext_detokenize)
 from common import read_checkpoint
-from conftest import ROOT, needs, one_line_error, peak_memory_run, run_script, says, tiny_model
-from scoring import ensemble_logprobs, ensemble_sizes, random_context_orders, score_chunks
+from conftest import ROOT, needs, nll_given, one_line_error, peak_memory_run, run_script, says, tiny_mdm, tiny_model
+from scoring import ensemble_logprobs, ensemble_sizes, losses_by_context, random_context_orders, score_chunks
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
 
@@ -42,8 +43,8 @@ def slow_ensemble_logprobs(model, x, sigma, context_orders, ensemble):
 @pytest.mark.parametrize('positions', ['learned', 'rotary', 'rotary_plain'])
 @pytest.mark.parametrize('injection,max_tokens', [('adaln', 150), ('add', 10_000)])  # AO-GPT, sigma-GPT
 def test_fast_ensemble_equals_one_forward_per_query(injection, max_tokens, positions):
-    # the slow side reads each order with the training forward (no mask given), the fast one with scoring's masks:
-    # a rotation that differs between the two (queries at their own position where a mask is given) fails here
+    # the slow side reads each order with the training forward, the fast one with scoring's query rows (only their
+    # last slot through the head): a rotation that differs between the two paths fails here
     # every weight perturbed: AO-GPT's shut adaLN gates at init would leave attention, and so positions, no say
     model = tiny_model(block_size=24, vocab_size=50, cond_dim=16, target_injection=injection, position_encoding=positions)
     x = torch.randint(50, (14,))  # shorter than block_size, as --block_size allows
@@ -313,3 +314,35 @@ def test_docs_library_example_equals_the_script(workdir, char_ckpt):
     expected = json.load(open(workdir / 'readme.json'))['results']['shakespeare_char']['ppl']
     expected = {k if k == 'l2r' else int(k): v for k, v in expected.items()}  # JSON keys are strings
     assert ast.literal_eval(printed.strip()) == pytest.approx(expected)
+
+
+def brute_distances(targets, known, n):
+    return [min((abs(t - k) for k in known), default=n) for t in targets]
+
+
+@pytest.mark.parametrize('kind', [dict(), dict(position_encoding='learned'), dict(target_injection='add')])
+def test_decoder_losses_by_context_are_its_slots_written_out(kind):
+    # each slot's -log p from the forward written out by hand (test_model.slow_forward), its distance by brute force
+    from test_model import slow_forward
+    model = tiny_model(**({'position_encoding': 'rotary'} | kind))
+    x, order = torch.randint(11, (12,)), torch.randperm(12)
+    known, distances, nlls = losses_by_context(model, x, order, counts=None)
+    with torch.no_grad():
+        logp = F.log_softmax(slow_forward(model, x, order).double(), -1)
+    torch.testing.assert_close(nlls, -logp[torch.arange(12), x[order]], rtol=1e-5, atol=1e-6)
+    assert known.tolist() == list(range(12))
+    assert distances.tolist() == [brute_distances([order[c].item()], order[:c].tolist(), 12)[0] for c in range(12)]
+
+
+def test_encoder_losses_by_context_are_its_masked_forwards():
+    model = tiny_mdm()
+    n = len(x := torch.randint(5, (5,)))
+    order = torch.randperm(n)
+    known, distances, nlls = losses_by_context(model, x, order, counts=[0, 2, 4])
+    expected, near = [], []
+    for c in (0, 2, 4):
+        hidden = order[c:].tolist()
+        expected += nll_given(model, x, set(order[:c].tolist()))[hidden].tolist()
+        near += brute_distances(hidden, order[:c].tolist(), n)
+    torch.testing.assert_close(nlls, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    assert known.tolist() == [0] * 5 + [2] * 3 + [4] and distances.tolist() == near

@@ -3,6 +3,7 @@ plateau and long-block findings), resuming instead of training again, a moved fo
 --only, the README section, the one-line errors; the sweep's grid and choice, runs with the same flags
 trained once, the plateau measure, the timing claims' intervals; report.py's figures on synthetic curves."""
 import json
+import math
 import os
 import shutil
 import sys
@@ -14,7 +15,8 @@ from conftest import one_line_error, run_script, says
 FIGURES = ['sweep.png', 'fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
            'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig4_time_vs_length.png',
            'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png', 'ours_plateau.png', 'ours_long_blocks.png',
-           'ours_length.png']
+           'ours_length.png',
+           'ours_length_by_share.png', 'ours_length_by_distance.png']
 VERDICTS = {'holds', 'does not hold', 'below the practical floor', 'not resolvable at this size',
             'not judged: a run it compares did not learn'}
 PNG = b'\x89PNG\r\n\x1a\n'
@@ -253,6 +255,9 @@ def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     args = json.loads((out / 'runs' / 'encoder-block64-s1' / 'args.json').read_text())
     assert (args['block_size'], args['batch_size'], args['architecture']) == (64, 2, 'encoder')
     assert 'mixed-block64-s1' not in runs  # it is mixed-long-rotary-s1
+    by_context = json.loads((out / 'runs' / 'encoder-block64-s1' / 'by_context.json').read_text())
+    assert len(by_context['share']) == 10 and all(math.isfinite(v) for v in by_context['share'])
+    assert set(by_context['distance']) <= {'1', '2', '4', '8', '16', '32', '64', 'none'}
     for finding, n in ((plateau, '2 vs 2 runs'), (long, '2 vs 2 runs'), (length, '2 vs 2 runs')):
         for claim in finding['claims']:
             interval = claim['numbers']['effect [95% interval] (n)']

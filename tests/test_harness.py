@@ -128,7 +128,7 @@ def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
 
 @pytest.mark.parametrize('positions', ['learned', 'rotary', 'rotary_plain'])
 def test_loglikelihood_equals_full_forwards_for_each_position_encoding(workdir, char_ckpt_by_positions, positions):
-    # batched and ensembled scoring (masks, few query slots) against full forwards, with each position encoding
+    # batched and ensembled scoring (padded rows, few query slots) against full forwards, each position encoding
     lm = make_lm(workdir, char_ckpt_by_positions(positions), ensemble=3, max_tokens=200)
     assert lm.model.config.position_encoding == positions
     rng = random.Random(1)
