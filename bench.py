@@ -57,8 +57,8 @@ import warnings
 import torch
 
 from checkpoints import token_count
-from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, parse_list, peak_memory_mb,
-                    print_table, read_checkpoint, reset_peak_memory)
+from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, find_checkpoint, parse_list,
+                    peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
 from configurator import configure
 from engine import (Engine, Forward, Sampling, Speculation, auto_k, compile_decoding, generate, generate_many,
                     sample_tokens, step_sizes)
@@ -89,20 +89,22 @@ step_tokens = 256  # step: tokens decoded one per step, after a prompt of the re
 step_batches = '1,16'  # step: the batch sizes
 sync_check = False  # step, on CUDA: count the host syncs of a compiled call (at step_tokens and half as many steps)
 step_profile = False  # step: the profiler's costliest operations in a compiled call at each batch (where time goes)
-checkpoint = ''  # speculate and step: a trained checkpoint to decode with, before the bench's random model
+checkpoint = ''  # speculate and step: a trained checkpoint to decode with, before the bench's random model (a path,
+# a model folder, hf:owner/repo/file or hf:owner/repo, as the other scripts' init_from)
 speculate_random = True  # speculate: the bench's random model too (False: the checkpoint only)
 arch_train = True  # arch: time the architectures' training too (False: their generation only)
 # -----------------------------------------------------------------------------
 
 
 def check_inputs():
+    global checkpoint_file
     check_settings(globals(), {
         **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size',
                          'train_steps', 'rounds', 'sample_block_size'], at_least(1)),
         'run': (lambda v: v and set(v.split(',')) <= set(BENCHES), f"a comma list of {', '.join(BENCHES)}"),
-        'sample_steps': (lambda v: all(s.isdigit() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
+        'sample_steps': (lambda v: all(s.isdecimal() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
                          f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
-        'speculate_k': (lambda v: all(s == 'auto' or (s.isdigit() and int(s) >= 1) for s in v.split(',')),
+        'speculate_k': (lambda v: all(s == 'auto' or (s.isdecimal() and int(s) >= 1) for s in v.split(',')),
                         "a comma list of ints >= 1 and 'auto'"),
         'speculate_tokens': at_least(1), 'step_tokens': at_least(1),
     })
@@ -118,6 +120,7 @@ def check_inputs():
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)
+    checkpoint_file = find_checkpoint(checkpoint, '') if checkpoint else ''  # fetched (hf:...) before any work
 
 
 def sync():
@@ -319,7 +322,7 @@ def count_syncs(fn):
 
 def decoder_checkpoint():
     """The decoder of --checkpoint and its token count."""
-    model, stored = read_checkpoint(checkpoint, device)
+    model, stored = read_checkpoint(checkpoint_file, device)
     if model.config.is_encoder:
         fail(f'--checkpoint={checkpoint} is an encoder, and speculative decoding needs a decoder (the exact joint '
              f'of an order in one forward): give a decoder checkpoint')

@@ -150,7 +150,10 @@ def save_folder(model, config, card, folder):
 
 
 def training_record(checkpoint):
-    """What trained a checkpoint, as far as it says: train.py's settings, its iterations and tokens."""
+    """What trained a checkpoint, as far as it says: train.py's settings, its iterations and tokens (a model
+    folder's config.json: the record it carries)."""
+    if 'trained' in checkpoint:
+        return checkpoint['trained']
     config = checkpoint.get('config', {})
     iters = checkpoint.get('iter_num')
     tokens = None
@@ -161,12 +164,13 @@ def training_record(checkpoint):
     return dict(iterations=iters, tokens=tokens, config=plain)
 
 
-def is_model_folder(path):
-    """Whether path is a folder whose config.json says it is an AO-GPT model folder (not a Hugging Face one)."""
+def is_hf_folder(path):
+    """Whether path is a folder saved by Hugging Face's save_pretrained: a config.json naming a model_type. Any
+    other folder (a run's, a model folder of ours, cut or of another format) is read as ours, for its own error."""
     try:
         with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
-            return json.load(f).get('format') == FOLDER_FORMAT
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            return 'model_type' in json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
         return False
 
 
@@ -192,7 +196,17 @@ def load_folder(folder, device='cpu'):
         load_model(model, weights, device=str(device))
     except Exception as e:  # a config of another kind or size, a truncated or foreign file
         raise CheckpointError(f'{weights} does not fit {path} ({one_line(e)})')
+    check_folder_vocab(config.get('vocab'), model.config.vocab_size, path)
     return model.to(device).eval(), config
+
+
+def check_folder_vocab(vocab, size, path):
+    """Raise unless a model folder's vocab (config.json at path) is 'gpt2', None or one character for each of the
+    model's size ids: the scripts encode and decode text by it."""
+    if not (vocab in ('gpt2', None) or (isinstance(vocab, str) and len(vocab) == size)):
+        what = f'{len(vocab)} characters' if isinstance(vocab, str) else f'a {type(vocab).__name__}'
+        raise CheckpointError(f"{path}'s vocab is {what} but its model reads vocab_size={size} ids: a vocab is "
+                              f"'gpt2', null or one character per id; export the model again")
 
 
 def injection_of(state):

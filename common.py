@@ -10,11 +10,12 @@ import os
 import pickle
 import re
 import sys
+import tempfile
 from contextlib import nullcontext
 
 import torch
 
-from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, is_model_folder,
+from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, is_hf_folder,
                          load_checkpoint, weights_read)
 from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order
 
@@ -148,6 +149,18 @@ def _find_malloc_trim():
 _malloc_trim = _find_malloc_trim()
 
 
+def check_writable(folder, setting):
+    """Make folder (and its parents) and write a file in it, so that a folder that cannot hold a script's output
+    fails now, in one line; setting names it as the user gave it (--out_dir=...)."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        fail(f'{setting} cannot be created or written ({e.strerror or type(e).__name__}): pick a folder you can '
+             f'write to')
+
+
 def find_checkpoint(init_from, out_dir):
     """The local file that init_from names (see checkpoints.py), or the script's one-line error."""
     try:
@@ -245,9 +258,9 @@ def gpt2_encoding():
 def is_hf_model(name):
     """Whether init_from (or a scorer) names a Hugging Face causal LM, a Hub name or a folder saved with
     save_pretrained, rather than one of our checkpoints ('resume', a .pt or other file, hf:owner/repo/file,
-    a model folder of export.py's)."""
-    return not (name == 'resume' or name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name)
-                or is_model_folder(name))
+    any other folder: a model folder of export.py's, or a run's, whose error names the ckpt.pt in it)."""
+    ours = name == 'resume' or name.startswith('hf:') or name.endswith('.pt') or os.path.isfile(name)
+    return not ours and (not os.path.isdir(name) or is_hf_folder(name))
 
 
 def load_hf_causal_lm(name, device):
@@ -383,18 +396,24 @@ def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, 
     return prefix + [0] * new, [True] * len(prefix) + [False] * new
 
 
-def check_steps(steps, n, order='random', speculate=0):
+def check_steps(steps, n, order='random', speculate=0, flag='--{}'):
     """The number of decoding steps for n tokens: steps, or n (one token per step) for None; at most
-    n, but any number with the ancestral rule (a step may reveal nothing); none given with speculate."""
-    if speculate and steps is not None:
-        fail(f'--steps={steps} with --speculate: speculative decoding draws the samples of one token per step, '
-             f'and its forwards follow from k and the drafts kept; drop --steps')
+    n, but any number with the ancestral rule (a step may reveal nothing); none given with speculate.
+    flag names a setting as its user wrote it (see check_settings)."""
+    check_speculation_steps(steps, speculate, flag)
     n_steps = n if steps is None else steps
     most = math.inf if order == 'ancestral' else n
     if type(n_steps) is not int or not 1 <= n_steps <= most:
-        fail(f'--steps must be an int from 1 to the {n} tokens to generate (any number with --order=ancestral), '
-             f'got {steps!r}')
+        fail(f"{flag.format('steps')} must be an int from 1 to the {n} tokens to generate (any number with "
+             f"{flag.format('order')}=ancestral), got {steps!r}")
     return n_steps
+
+
+def check_speculation_steps(steps, speculate, flag='--{}'):
+    """Fail if steps are given with speculative decoding (k = speculate > 0, 'auto' resolved)."""
+    if speculate and steps is not None:
+        fail(f"{flag.format('steps')}={steps} with {flag.format('speculate')}: speculative decoding draws the samples "
+             f"of one token per step, and its forwards follow from k and the drafts kept; drop {flag.format('steps')}")
 
 
 def check_decoding(order, model, speculate=0):

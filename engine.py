@@ -448,6 +448,17 @@ class Speculation:
     tests: int = 0
     kept: int = 0
 
+    def add(self, forwards, rows, work, tokens):
+        """Add a call's forwards of `rows` rows that decoded `tokens` tokens; work (3,), on the device: the rows
+        live, the drafts tested and those kept, summed over its forwards."""
+        alone, tested, passed = work.tolist()
+        self.forwards += forwards
+        self.row_forwards += forwards * rows
+        self.row_forwards_alone += alone
+        self.tests += tested
+        self.kept += passed
+        self.tokens += tokens
+
     def summary(self):
         """Tokens per forward of each row in its batch (one token per step: 1), the same if each row had
         run alone (the gap is what batching costs), and the share of ratio tests passed."""
@@ -535,6 +546,8 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         if tests:
             kept, rejected = verify_drafts(x, seq, logits[:, :tests], q_logits, q_drawn, read, decided, drafted,
                                            drawn_after, sampling, generator, report)
+        # the cache keeps each row's slots up to its decided positions and its kept drafts; a rejected draft's
+        # new token is decided, and read by the next forward
         counts = torch.where(live, decided - read + kept, 0)
         cache.commit(counts)
         read += counts
@@ -543,22 +556,11 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
         survivors = torch.where(rejected, drafted - kept - 1, 0)
         draft = live & ~rejected & (decided < total)
         drafts = torch.where(draft, (total - decided).clamp(max=k), 0)
-        u = torch.rand((B, k, 1), generator=generator, device=dev, dtype=sampling.dtype)
-        active = torch.arange(k, device=dev) < drafts.unsqueeze(1)  # (B, k): the drafts drawn; the rest unused
-        q = sampling_probs(logits[:, tests:], sampling)
-        tokens = inverse_cdf(q, u).squeeze(-1)
-        if report:  # draft j is drawn from its law given the decided positions
-            rows, j = active.nonzero(as_tuple=True)
-            report(rows, decided[rows] - 1, decided[rows] - 1 + j, q[rows, j])
-        write_where(x, seq.gather(1, decided.unsqueeze(1) + torch.arange(k, device=dev)), tokens, active)
-        drawn = torch.where(active, q.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), 0.0)
-        if tests:  # a row with survivors keeps their q, shifted past its rejected draft
-            shift = ((kept + 1).unsqueeze(1) + torch.arange(k - 1, device=dev)).clamp(max=k - 2)
-            old_logits = q_logits.gather(1, shift.unsqueeze(-1).expand(-1, -1, logits.size(-1)))
-            q_logits = torch.where(rejected.view(B, 1, 1), old_logits, logits[:, tests + 1:])
-            q_drawn = torch.where(rejected.unsqueeze(1), q_drawn.gather(1, shift), drawn[:, 1:])
-            drawn_after = torch.where(rejected, drawn_after, decided - 1)
-        else:
+        drawn = draw_drafts(x, seq, logits[:, tests:], decided, drafts, sampling, generator, report)
+        if tests:  # the drafts the next forward tests: a rejected draft's survivors, or the new ones
+            q_logits, q_drawn, drawn_after = pending_q(logits[:, tests:], drawn, decided, kept, rejected,
+                                                       q_logits, q_drawn, drawn_after)
+        else:  # none were tested: every row's are its new ones
             q_logits, q_drawn, drawn_after = logits[:, 1:], drawn[:, 1:], decided - 1
         decided += draft
         drafted = torch.where(draft, (drafts - 1).clamp(min=0), survivors)
@@ -580,13 +582,7 @@ def speculative(model, x, known, k, sampling=Sampling(), *, order='random', gene
             bar.update((next_sample - B) * n + int((decided - 1 - g).sum()) - bar.n)
     bar.close()
     if stats is not None:
-        stats.forwards += forwards
-        stats.row_forwards += forwards * B
-        alone, tested, passed = work.tolist()
-        stats.row_forwards_alone += alone
-        stats.tests += tested
-        stats.kept += passed
-        stats.tokens += count * n
+        stats.add(forwards, B, work, count * n)
     return samples, seq[:, 1 + g:total] if count == B else orders
 
 
@@ -656,6 +652,34 @@ def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, dra
     residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_at)  # p == q: no rejection is possible
     write_where(x, where.gather(1, at.view(B, 1)), inverse_cdf(residual, u), rejected.unsqueeze(1))
     return kept, rejected
+
+
+def draw_drafts(x, seq, logits, decided, drafts, sampling, generator, trace=None):
+    """Draw each row's drafts[b] (B,) next tokens at once, independently, from logits (B, k, V) (its last slot's and
+    copies', all given the decided positions), and write them in x at the read order's positions seq[b, decided[b]:];
+    return each draft's q (B, k), 0 past a row's drafts."""
+    B, k, _ = logits.shape
+    u = torch.rand((B, k, 1), generator=generator, device=x.device, dtype=sampling.dtype)
+    active = torch.arange(k, device=x.device) < drafts.unsqueeze(1)  # (B, k): the drafts drawn; the rest unused
+    q = sampling_probs(logits, sampling)
+    tokens = inverse_cdf(q, u).squeeze(-1)
+    if trace is not None:  # draft j is drawn from its law given the decided positions
+        rows, j = active.nonzero(as_tuple=True)
+        trace(rows, decided[rows] - 1, decided[rows] - 1 + j, q[rows, j])
+    write_where(x, seq.gather(1, decided.unsqueeze(1) + torch.arange(k, device=x.device)), tokens, active)
+    return torch.where(active, q.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), 0.0)
+
+
+def pending_q(logits, drawn, decided, kept, rejected, q_logits, q_drawn, drawn_after):
+    """What the next forward's ratio tests divide by, as verify_drafts takes it (q_logits, q_drawn, drawn_after):
+    a row that rejected a draft keeps the q of the drafts after it, shifted past it; any other row tests its new
+    drafts, drawn after decided - 1 (B,) from logits (B, k, V) with q drawn (B, k), but the first (kept as drawn)."""
+    B, k, V = logits.shape
+    shift = ((kept + 1).unsqueeze(1) + torch.arange(k - 1, device=kept.device)).clamp(max=k - 2)
+    old_logits = q_logits.gather(1, shift.unsqueeze(-1).expand(-1, -1, V))
+    return (torch.where(rejected.view(B, 1, 1), old_logits, logits[:, 1:]),
+            torch.where(rejected.unsqueeze(1), q_drawn.gather(1, shift), drawn[:, 1:]),
+            torch.where(rejected, drawn_after, decided - 1))
 
 
 def write_where(x, positions, values, mask):

@@ -11,13 +11,15 @@ what trained it) and README.md (a model card with the Hub's metadata).
 
 Every script reads the folder wherever it reads a checkpoint (python sample.py --init_from=ao-gpt,
 or hf:owner/repo once pushed). A folder holds one set of weights: the EMA ones unless --use_ema=False.
-init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors'), or hf:owner/repo/file.
+init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors'), hf:owner/repo/file, or a model
+folder (written again, say with new numbers in its card: its training record is carried over).
 """
 import json
 import os
+import re
 
 from checkpoints import FOLDER_FILES, folder_config, save_folder, weights_read
-from common import check_settings, fail, find_checkpoint, read_checkpoint
+from common import check_settings, check_writable, fail, find_checkpoint, read_checkpoint
 from configurator import configure
 
 # -----------------------------------------------------------------------------
@@ -36,29 +38,68 @@ KINDS = {'adaln': 'AO-GPT, an any-order autoregressive decoder: a masked diffusi
          'add': 'sigma-GPT (the paper\'s baseline): an any-order decoder with the target position added to its input',
          'encoder': 'an encoder-only masked diffusion language model (MDM), the paper\'s comparison'}
 DATASETS = {'openwebtext': 'Skylion007/openwebtext'}  # the Hub's name of a dataset train.py reads
+# a Hub license id, as the card's YAML metadata holds it unquoted: no space, newline, colon or quote
+LICENSE_RULE = (lambda v: re.fullmatch(r'[A-Za-z0-9][\w.+-]*', v, re.ASCII),
+                'a Hub license id such as mit or apache-2.0')
 
 
 def check_inputs():
+    """Every setting, the output folder and the result files, before any work; returns the results the card
+    quotes, by setting (eval_json, ...)."""
     if not out:
         fail('--out names the model folder to write (say --out=ao-gpt-shakespeare-char)')
-    check_settings(globals(), {'license': (lambda v: v and ' ' not in v, 'a Hub license id such as mit')})
+    check_settings(globals(), {'license': LICENSE_RULE})
     if os.path.exists(out) and (not os.path.isdir(out) or set(os.listdir(out)) - set(FOLDER_FILES)):
         fail(f'--out={out} exists and is not a model folder written by export.py: name a new folder')
-    for key in ('eval_json', 'gen_json', 'harness_json'):
+    for key in RESULTS:
         if globals()[key] and not os.path.isfile(globals()[key]):
             fail(f'--{key}={globals()[key]}: no such file')
-    if push and push.count('/') != 1:
-        fail(f'--push={push} is not a Hub repo name: owner/repo')
+    if push:
+        check_repo(push)
+    check_writable(os.path.dirname(os.path.abspath(out)), f'--out={out}')  # the folder is written beside, then moved
+    return {key: read_results(key, globals()[key]) for key in RESULTS if globals()[key]}
 
 
-def read_results(path, script):
-    """The JSON a script wrote with --out_json, or a one-line error."""
+def check_repo(name):
+    """Fail unless name is a Hub repo name, owner/repo, by huggingface_hub's own rule."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(name)
+        valid = name.count('/') == 1
+    except HFValidationError:
+        valid = False
+    if not valid:
+        fail(f"--push={name} is not a Hub repo name: owner/repo, each of letters, digits, '-', '_' and '.' (not first "
+             f"or last), at most 96 characters")
+
+
+def read_results(key, path):
+    """The results of the JSON given as --key, or a one-line error: naming the script that wrote it when it is
+    another's (see RESULTS)."""
+    script, fits = RESULTS[key]
     try:
         with open(path, encoding='utf-8') as f:
             results = json.load(f)['results']
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        fail(f'{path} is not the --out_json of {script} ({type(e).__name__})')
+        fail(f'{path} is not the results JSON of {script} ({type(e).__name__})')
+    if not fits(results):
+        other = next((k for k, (_, f) in RESULTS.items() if f(results)), None)
+        fail(f"{path} holds {RESULTS[other][0]}'s results, not {script}'s: give it as --{other}" if other else
+             f'{path} is not the results JSON of {script}: its results hold none of the numbers the card quotes')
     return results
+
+
+def per_item(kind, test):
+    """Whether results are a non-empty `kind` (dict or list) whose every item is a dict that passes test."""
+    return lambda r: isinstance(r, kind) and bool(r) and all(
+        isinstance(v, dict) and test(v) for v in (r.values() if kind is dict else r))
+
+
+RESULTS = {  # the card's result files: setting -> (the script that writes them, whether results are of its shape)
+    'eval_json': ('eval_ppl.py', per_item(dict, lambda v: 'ppl' in v)),  # set -> its perplexities
+    'gen_json': ('gen_ppl.py', per_item(list, lambda v: 'gen_ppl' in v)),  # grid points
+    'harness_json': ('lm_eval_ao.py', per_item(dict, lambda v: any(',' in k for k in v))),  # task -> 'metric,filter'
+}
 
 
 def eval_table(results):
@@ -93,8 +134,9 @@ def table(head, rows):
     return '\n'.join('| ' + ' | '.join(row) + ' |' for row in [head, ['---'] * len(head), *rows])
 
 
-def model_card(model, config, source, name):
-    """README.md of the folder: the Hub's metadata, what the model is, what trained it, its numbers, how to use it."""
+def model_card(model, config, source, name, results):
+    """README.md of the folder: the Hub's metadata, what the model is, what trained it, its numbers (results, by
+    setting: see check_inputs), how to use it."""
     c, trained = model.config, config['trained']
     vocab = config['vocab']
     vocab_text = ('GPT-2 BPE' if vocab == 'gpt2' else f'{len(vocab)} characters' if vocab else
@@ -119,13 +161,13 @@ def model_card(model, config, source, name):
         lines += ['', table(['setting', 'value'], [[k, f'`{v}`'] for k, v in sorted(trained['config'].items())])]
     if eval_json:
         lines += ['', f'## Perplexity (`eval_ppl.py`, {os.path.basename(eval_json)})', '',
-                  eval_table(read_results(eval_json, 'eval_ppl.py'))]
+                  eval_table(results['eval_json'])]
     if gen_json:
         lines += ['', f'## Sample quality (`gen_ppl.py`, {os.path.basename(gen_json)})', '',
-                  gen_table(read_results(gen_json, 'gen_ppl.py'))]
+                  gen_table(results['gen_json'])]
     if harness_json:
         lines += ['', f'## lm-evaluation-harness (`lm_eval_ao.py`, {os.path.basename(harness_json)})', '',
-                  harness_table(read_results(harness_json, 'lm_eval_ao.py'))]
+                  harness_table(results['harness_json'])]
     where = f'hf:{push}' if push else name
     lines += ['', '## Use', '', 'With the ao-gpt code (`pip install -r requirements.txt`):', '', '```sh',
               f'python sample.py --init_from={where}', f'python eval_ppl.py --init_from={where} --ensemble 8',
@@ -148,11 +190,11 @@ def upload(folder, repo):
 
 
 def main():
-    check_inputs()
+    results = check_inputs()
     path = find_checkpoint(init_from, out_dir)
     model, checkpoint = read_checkpoint(path, 'cpu', use_ema)
     config = folder_config(model, checkpoint, weights_read(checkpoint, use_ema))
-    save_folder(model, config, model_card(model, config, path, os.path.basename(os.path.normpath(out))), out)
+    save_folder(model, config, model_card(model, config, path, os.path.basename(os.path.normpath(out)), results), out)
     print(f"wrote {out}: model.safetensors ({config['weights']} weights), config.json, README.md")
     if push:
         upload(out, push)

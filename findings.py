@@ -29,6 +29,7 @@ What it does, each run in its own folder out_dir/runs/<name> through train.py, e
    (every repeat kept, the two models taking turns).
 4. One PNG per figure, results.md and results.json in out_dir; with --readme, the README's
    Findings section (between its findings markers) rewritten from them.
+The findings, the kinds, the presets and the text of every claim are data in experiments.py.
 
 The findings are numbered by the paper's figure that shows them (sample quality is its Table 2):
   1  any-order training converges slower than left-to-right (Fig. 1)
@@ -48,10 +49,13 @@ The findings are numbered by the paper's figure that shows them (sample quality 
   long     the same at block 256 (batch 4: the tokens per iteration of 64 x 16), 'learned' against
            'rotary', 2 seeds, any-order and left-to-right losses (cpu and smoke presets; on the gpu
            preset's block of 1,024 the plateau finding is already the long one)
-  length   AO-GPT with queries at the target ('rotary', the mixed kind's learning rate) against the
+  length   AO-GPT with queries at the target ('rotary', the mixed kind's settings) against the
            encoder's NELBO and the l2r GPT, each with its swept settings, at blocks 64, 256 and 1,024
-           (the tokens of an iteration kept: batch 16, 4, 1), 2 seeds; final losses against the block size
-           (cpu and smoke presets)
+           (the tokens of an iteration kept: batch 16, 4, 1), 2 seeds; at the longer blocks also our
+           query-only variants ('rotary_half_heads', 'rotary_upper_layers'), and AO-GPT's and the encoder's
+           learning rates swept again there by the sweep's rule (the l2r GPT keeps its choice); final losses
+           against the block size, losses by the share known and by the distance to the nearest known
+           token (cpu and smoke presets)
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -84,6 +88,8 @@ from checkpoints import load_checkpoint
 from common import at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl
 from configurator import configure
 from engine import generate
+from experiments import (ALIASES, CLAIMS, FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, PLATEAU,
+                         POSITIONS, PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK)
 from scoring import losses_by_context
 from report import (RULE, line_figure, mean_interval, number, paired_interval, spread, unpaired_interval, verdict,
                     write_results)
@@ -99,100 +105,6 @@ workers = 0  # runs side by side; 0: the preset's
 readme = ''  # a README.md whose Findings section (between its findings markers) is rewritten; '' none
 dry_run = False  # list the jobs (done, to resume, to run) and their commands; run nothing
 # -----------------------------------------------------------------------------
-
-SEEDS = (1337, 1, 2, 3, 4)  # train.py's default first, then the README's other quick-start seeds
-FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1)',
-            '2': 'Language has a left-to-right bias (Fig. 2a)',
-            '3': 'A little left-to-right goes a long way (Fig. 2b)',
-            '4': 'Context-order ensembles lower the perplexity, towards the encoder (Figs. 3, 5)',
-            '6': 'Generation: time and sample quality (Fig. 4, Table 2)',
-            '8': 'AdaLN against additive injection; EMA against raw weights',
-            'plateau': "(Ours) Queries at the target position remove AO-GPT's plateau",
-            'long': '(Ours) Queries at the target position at longer blocks',
-            'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow'}
-ALIASES = {'5': '4', '7': '6'}
-MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
-FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
-STUCK = 0.05  # nats: a final loss this close to the unigram entropy (or above) means the run did not learn
-SAME = 0.1  # nats: "comparable" sample quality, log gen PPLs within 10%
-PLATEAU = 0.1  # nats: a run has left the plateau at the first evaluation this far below the unigram entropy
-POSITIONS = ('learned', 'rotary', 'rotary_plain')  # the plateau finding's settings (model.py)
-LONG_POSITIONS = ('learned', 'rotary')
-
-
-@dataclass
-class Kind:
-    """A kind of model the findings compare: its train.py flags and the objective it is chosen by
-    (weights of metrics.jsonl's losses: the mix it trains on)."""
-    label: str
-    flags: dict
-    objective: dict
-    adaln: bool = True  # it has adaLN gates, so the sweep tries gate_init
-
-
-KINDS = {
-    'l2r': Kind('left-to-right GPT', dict(order='l2r'), {'val_l2r': 1.0}),
-    'mixed': Kind('AO-GPT, 10% left to right', MIX, {'val_ao': 0.9, 'val_l2r': 0.1}),
-    'random': Kind('AO-GPT, random orders only (NoCL)', dict(order='random'), {'val_ao': 1.0}),
-    'sigma': Kind('sigma-GPT, 10% left to right', MIX | dict(target_injection='add'), {'val_ao': 0.9, 'val_l2r': 0.1},
-                  adaln=False),
-    'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}),
-}
-FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
-                 '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
-                 'length': ['mixed', 'encoder', 'l2r']}
-NEEDS = {'long': 'long', 'length': 'lengths'}  # the findings a preset runs only if it has this entry
-
-PRESETS = {
-    # the quick start's model and data, 2,000 iterations a run; gate_init kept at the quick start's 1.0 so that
-    # the 45 runs and the evaluations fit about 2 hours on 2 cores
-    'cpu': dict(
-        config='config/train_shakespeare_char.py', dataset='shakespeare_char',
-        train=dict(max_iters=2000, lr_decay_iters=2000, eval_interval=250, log_interval=250),
-        grid=dict(learning_rate=(3e-3, 1e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
-        long=dict(block_size=256, batch_size=4),  # finding long: 4 x 256 tokens an iteration, as 16 x 64
-        # finding length: each block and its flags, the tokens of an iteration kept (the first: the preset's own runs)
-        lengths=((64, {}), (256, dict(block_size=256, batch_size=4)), (1024, dict(block_size=1024, batch_size=1))),
-        context=dict(chunks=16, per_share=2),  # finding length's losses by context: val chunks, the encoder's
-        # forwards per tenth of the block known
-        seeds=3, workers=2, threads=1,
-        fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
-        eval=dict(ensemble=16, max_chunks=100),
-        gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
-                 top_p_mode='authors', num_samples=32, batch_size=32),
-        scorer='l2r',  # the l2r kind's first run
-        timing=dict(steps=(4, 8, 16, 32, 64), lengths=(16, 32, 64), batch_size=16, repeats=5)),
-    # GPT-2 small's recipe, shortened: 2,000 iterations of 131,072 tokens (262M tokens a run)
-    'gpu': dict(
-        config='config/train_ao_gpt_small.py', dataset='openwebtext',
-        train=dict(max_iters=2000, lr_decay_iters=2000, warmup_iters=200, gradient_accumulation_steps=8,
-                   eval_interval=200, eval_iters=20, ema_decay=0.999),
-        grid=dict(learning_rate=(6e-4, 1.2e-3), gate_init=(0.0, 1.0), position_encoding=('learned', 'rotary')),
-        seeds=3, workers=1, threads=0,
-        fixed_orders=[dict(order_file=os.path.join('config', 'orders', f'authors_order{i}.txt')) for i in (1, 2, 3)],
-        eval=dict(ensemble=64, max_chunks=32),
-        gen=dict(steps='64,128,256,512,1024', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
-                 top_p_mode='authors', num_samples=64, batch_size=32),
-        scorer='gpt2-large',
-        timing=dict(steps=(64, 128, 256, 512, 1024), lengths=(128, 256, 512, 1024), batch_size=32, repeats=3)),
-    # everything end to end at toy size, for the tests
-    'smoke': dict(
-        config='config/train_shakespeare_char.py', dataset='shakespeare_char',
-        train=dict(n_layer=1, n_head=2, n_embd=32, cond_dim=16, block_size=32, batch_size=4, max_iters=30,
-                   lr_decay_iters=30, warmup_iters=5, eval_interval=10, eval_iters=2, log_interval=10, order_block=8),
-        grid=dict(learning_rate=(1e-2,), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
-        long=dict(block_size=64, batch_size=2),
-        lengths=((32, {}), (64, dict(block_size=64, batch_size=2))),
-        context=dict(chunks=2, per_share=1),
-        seeds=2, workers=2, threads=1,
-        fixed_orders=[dict(seed=s) for s in (11, 12)],
-        eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
-        gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
-                 batch_size=4),
-        scorer='l2r',
-        timing=dict(steps=(4, 32), lengths=(8, 32), batch_size=2, repeats=2)),
-}
-
 
 @dataclass
 class Job:
@@ -301,10 +213,10 @@ def choose(p, kind, runs_dir):
     return best[0], best[1], rows
 
 
-def seed_runs(p, findings, seed_list, chosen, sweep):
+def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None):
     """{name: flags, or the name of the run with the same flags} of the runs after the sweep: the kinds'
     seeds (the first is the sweep's winner), finding 2's, ours (the mixed kind's settings, each position
-    encoding); sweep: the sweep's {name: flags}."""
+    encoding; finding length's at at_blocks' points, choose_at_blocks); sweep: the sweeps' {name: flags}."""
     runs = {}
     seeded = {kind for f in findings if f != 'long' for kind in FINDING_KINDS[f]}  # long needs the choice only
     for kind, (point, _, _) in chosen.items():
@@ -322,14 +234,59 @@ def seed_runs(p, findings, seed_list, chosen, sweep):
         runs.update({f'mixed-long-{pe}-s{s}': run_flags(p, 'mixed', at(pe), s) | p['long']
                      for pe in LONG_POSITIONS for s in seed_list[:2]})
     if 'length' in findings:
-        points = {'mixed': at('rotary'), 'encoder': chosen['encoder'][0], 'l2r': chosen['l2r'][0]}
-        runs.update({length_run(kind, block, s): run_flags(p, kind, point, s) | flags
-                     for block, flags in p['lengths'] for kind, point in points.items() for s in seed_list[:2]})
+        base = p['lengths'][0][0]
+        runs.update({length_run(label, block, s): run_flags(p, kind, at_blocks[label, block], s) | flags
+                     for block, flags in p['lengths'] for label, (kind, _) in length_entries(chosen, block, base).items()
+                     for s in seed_list[:2]})
     return same_runs(runs, sweep)
 
 
-def length_run(kind, block_size, seed):
-    return f'{kind}-block{block_size}-s{seed}'
+def length_run(label, block_size, seed):
+    return f'{label}-block{block_size}-s{seed}'
+
+
+def length_entries(chosen, block, base_block):
+    """finding length's models at a block: {label: (kind, point)}. AO-GPT with queries at the target ('mixed': the
+    mixed kind's chosen settings, position_encoding 'rotary'), at the longer blocks also each query-only variant
+    ('mixed-<position_encoding>'); the encoder and the l2r GPT at their chosen settings."""
+    at = lambda positions: chosen['mixed'][0] | dict(position_encoding=positions)
+    return ({query_label(pe): ('mixed', at(pe)) for pe in block_queries(block, base_block)} |
+            {kind: (kind, chosen[kind][0]) for kind in ('encoder', 'l2r')})
+
+
+def block_queries(block, base_block):
+    """AO-GPT's query settings finding length runs at a block: the variants at the longer blocks only."""
+    return QUERY_POSITIONS if block != base_block else QUERY_POSITIONS[:1]
+
+
+def query_label(positions):
+    return 'mixed' if positions == 'rotary' else f'mixed-{positions}'
+
+
+BLOCK_SWEPT = ('mixed', 'encoder')  # finding length: the kinds whose learning rate is swept again at each longer block
+
+
+def block_sweep_runs(p, chosen):
+    """finding length, {name: flags}: at each block beyond the preset's own, the learning rate of AO-GPT's entries
+    and the encoder's swept again over the grid's rates (their other settings as chosen), on the first seed."""
+    base = p['lengths'][0][0]
+    return {point_name(kind, point | dict(learning_rate=lr)) + f'-block{block}':
+            run_flags(p, kind, point | dict(learning_rate=lr), SEEDS[0]) | flags
+            for block, flags in p['lengths'][1:] for kind, point in length_entries(chosen, block, base).values()
+            if kind in BLOCK_SWEPT for lr in p['grid']['learning_rate']}
+
+
+def choose_at_blocks(p, chosen, runs_dir):
+    """{(label, block): point} of finding length: at the preset's own block the sweep's choice; at a longer one, for
+    the block-swept kinds, the learning rate whose run ends with the lowest loss in the kind's own objective."""
+    base, picked = p['lengths'][0][0], {}
+    for block, _ in p['lengths']:
+        for label, (kind, point) in length_entries(chosen, block, base).items():
+            rates = p['grid']['learning_rate'] if block != base and kind in BLOCK_SWEPT else [point['learning_rate']]
+            loss = lambda lr: own_loss(kind, read_metrics(os.path.join(
+                runs_dir, point_name(kind, point | dict(learning_rate=lr)) + f'-block{block}'))[-1])
+            picked[label, block] = point | dict(learning_rate=min(rates, key=loss) if len(rates) > 1 else rates[0])
+    return picked
 
 
 def same_runs(runs, planned):
@@ -619,8 +576,7 @@ def finding_1(m):
                    [m.curves('order=l2r: left-to-right loss', l2r, 'val_l2r'),
                     m.curves('order=random: any-order loss', random, 'val_ao')])
     interval, stuck = between_runs(m, random, 'val_ao', l2r, 'val_l2r')
-    return [fig], [claim('Trained on the same tokens, the any-order model ends with a higher loss in its own (random) '
-                         'orders than the left-to-right model in its one order.',
+    return [fig], [claim(CLAIMS['1'],
                          {'final val loss, l2r runs, left to right': spread(m.finals(l2r, 'val_l2r')),
                           'final val loss, random runs, any order': spread(m.finals(random, 'val_ao'))},
                          interval, stuck=stuck)]
@@ -638,10 +594,8 @@ def finding_2(m, n_fixed):
     vs_l2r, stuck_l2r = between_runs(m, fixed, 'val_fixed', l2r, 'val_l2r')
     vs_block, stuck_block = between_runs(m, fixed, 'val_fixed', block, 'val_fixed')
     return [fig], [
-        claim('A model trained in the left-to-right order reaches a lower loss than models trained in fixed random '
-              'orders (the mean over those orders).', numbers, vs_l2r, stuck=stuck_l2r),
-        claim('Block-wise random orders (left to right between blocks) are easier than fully random ones (the mean '
-              'over the fixed random orders).', {}, vs_block, stuck=stuck_block)]
+        claim(CLAIMS['2 l2r'], numbers, vs_l2r, stuck=stuck_l2r),
+        claim(CLAIMS['2 block'], {}, vs_block, stuck=stuck_block)]
 
 
 def finding_3(m):
@@ -658,11 +612,9 @@ def finding_3(m):
     ao, _ = between_runs(m, nocl, 'val_ao', mix, 'val_ao')
     cost = unpaired_interval(m.finals(mix, 'val_ao'), m.finals(nocl, 'val_ao'))
     return [fig], [
-        claim('Training 10% of the sequences left to right lowers the left-to-right loss below that of a model '
-              'trained in random orders only (NoCL).', numbers, l2r, stuck=stuck),
-        claim('... and lowers the any-order loss too (the paper: it improves both).', {}, ao, stuck=stuck),
-        claim('(Ours, weaker) ... the any-order loss is at least not worse than NoCL\'s by more than the floor '
-              f'({FLOOR} nats): holds if the interval of its excess lies below the floor.', {}, cost, stuck=stuck,
+        claim(CLAIMS['3 l2r'], numbers, l2r, stuck=stuck),
+        claim(CLAIMS['3 ao'], {}, ao, stuck=stuck),
+        claim(CLAIMS['3 cost'].format(floor=FLOOR), {}, cost, stuck=stuck,
               decide=lambda interval, floor: 'holds' if interval.high < floor else
               'does not hold' if interval.low > floor else 'not resolvable at this size')]
 
@@ -687,12 +639,10 @@ def finding_4(m):
                     f"{r['1']:.4g} / {r[str(top)]:.4g} / {b['nelbo_bound']:.4g} ± {b['nelbo_bound_se']:.2g}"
                     for s, r, b in zip(m.seed_list, ao, bounds)}
     return [fig], [
-        claim(f'Averaging AO-GPT over context orders lowers its perplexity: ensemble={top} against ensemble=1, on the '
-              f'same chunks.',
+        claim(CLAIMS['4 ensemble'].format(top=top),
               {f'AO-GPT ppl, ensemble={k}': spread([r[str(k)] for r in ao]) for k in sizes} |
               {'falls at every doubling of the ensemble (mean over seeds)': trend}, falls, stuck=m.stuck(mixed)),
-        claim('The paper\'s premise: with one order (ensemble=1) AO-GPT\'s perplexity is above the encoder\'s NELBO '
-              'bound (effect: log AO-GPT ppl minus log bound, in nats).',
+        claim(CLAIMS['4 premise'],
               seed_by_seed | {f'gap left with ensemble={top} (nats)': unpaired_interval(ao_nll[top], nelbo)},
               unpaired_interval(ao_nll[1], nelbo), stuck=stuck)]
 
@@ -730,18 +680,13 @@ def time_claim(timing):
                for n, a, e in zip(steps, ao, encoder)}
     numbers |= {f'growth from {steps[0]} to {steps[-1]} steps, AO-GPT': ao[-1] / ao[0],
                 f'growth from {steps[0]} to {steps[-1]} steps, encoder': encoder[-1] / encoder[0]}
-    return claim(f"With its KV cache AO-GPT generates faster than the encoder (a full forward per step) at one token "
-                 f"per step ({steps[-1]} steps, {timing['block_size']} tokens); the growth of each with the steps is "
-                 f"in the numbers (effect: log of the encoder's seconds over AO-GPT's, per timing repeat).",
-                 numbers, mean_interval(log_ratios(seconds, -1), 'timing repeats'))
+    return claim(CLAIMS['6 time'].format(steps=steps[-1], block=timing['block_size']), numbers, mean_interval(log_ratios(seconds, -1), 'timing repeats'))
 
 
 def length_claim(timing):
     seconds, lengths = timing['seconds_by_length'], timing['lengths']
     short, long = log_ratios(seconds, 0), log_ratios(seconds, -1)
-    return claim(f"At one token per step the encoder's time over AO-GPT's grows with the sequence length, from "
-                 f"{lengths[0]} to {lengths[-1]} tokens (the paper's ~25x at 1,024 tokens is a statement about "
-                 "scaling; effect: the log ratio at the longest length minus that at the shortest, per timing repeat).",
+    return claim(CLAIMS['6 length'].format(short=lengths[0], long=lengths[-1]),
                  {f'encoder / AO-GPT at {n} tokens (geometric mean over repeats)':
                   math.exp(statistics.mean(log_ratios(seconds, i))) for i, n in enumerate(lengths)},
                  mean_interval([b - a for a, b in zip(short, long)], 'timing repeats'))
@@ -775,9 +720,8 @@ def steps_claim(m, gen):
     differences = [[a - b for a, b in zip(s[setting][0]['sample_nll'], s[setting][-1]['sample_nll'])]
                    for s in gen['mixed']]
     rows = gen['mixed'][0][setting]
-    return claim(f"More steps give better samples: AO-GPT's gen PPL at the fewest steps ({rows[0]['steps']}) is above "
-                 f"that at the most ({rows[-1]['steps']}), temperature {setting[0]}, top_p {setting[1]} (effect in "
-                 "nats of per-sample log gen PPL).",
+    return claim(CLAIMS['6 steps'].format(fewest=rows[0]['steps'], most=rows[-1]['steps'], temperature=setting[0],
+                                          top_p=setting[1]),
                  {f"steps {r['steps']}: gen PPL, entropy": spread_pair([s[setting][i] for s in gen['mixed']])
                   for i, r in enumerate(rows)}, paired_interval(differences), stuck=m.stuck(m.each('mixed')))
 
@@ -795,10 +739,7 @@ def encoder_claim(m, gen):
              spread_pair([s[(t, p)][i] for s in gen[kind]])
              for kind, label in (('mixed', 'AO-GPT'), ('encoder', 'encoder'))
              for (t, p), rows in gen[kind][0].items() for i, r in enumerate(rows)}
-    return claim(f'With temperature annealing (temperature {setting[0]}, top_p {setting[1]}) at {most} steps AO-GPT\'s '
-                 f'samples are as good as the encoder\'s: their log gen PPLs (one scorer) differ by less than {SAME} '
-                 'nats (effect: AO-GPT minus encoder; holds if the interval lies within the tolerance, does not '
-                 'hold if wholly outside it).', table, unpaired_interval(mean_nll('mixed'), mean_nll('encoder')),
+    return claim(CLAIMS['6 encoder'].format(temperature=setting[0], top_p=setting[1], most=most, same=SAME), table, unpaired_interval(mean_nll('mixed'), mean_nll('encoder')),
                  floor=SAME, stuck=m.stuck(m.each('mixed') + m.each('encoder')),
                  decide=comparable)
 
@@ -815,17 +756,12 @@ def finding_8(m):
     ema = paired_interval([[raw - avg for raw, avg in zip(m.chunk_nll(n, 'eval_raw.json', '1'),
                                                            m.chunk_nll(n, 'eval.json', '1'))] for n in mixed])
     return [fig], [
-        claim('With EMA on both, AO-GPT\'s adaLN reaches a lower any-order loss than sigma-GPT\'s additive injection '
-              f"(each with its own swept settings: position_encoding {positions['AO-GPT']!r} for AO-GPT, "
-              f"{positions['sigma-GPT']!r} for sigma-GPT{differ}). Besides the injection the two recipes differ in "
-              'their norms (RMSNorm / LayerNorm), QK-norm (on / off), head (untied with a bias / tied to the '
-              'embedding), dropout placement and init (truncated normal / normal): model.RECIPES.',
+        claim(CLAIMS['8 adaln'].format(ao=positions['AO-GPT'], sigma=positions['sigma-GPT'], differ=differ),
               {'final val any-order loss, AO-GPT': spread(m.finals(mixed, 'val_ao')),
                'final val any-order loss, sigma-GPT': spread(m.finals(sigma, 'val_ao')),
                'position encodings, AO-GPT / sigma-GPT' + (' (they differ)' if differ else ''):
                    ' / '.join(positions.values())}, interval, stuck=stuck),
-        claim('EMA lowers AO-GPT\'s any-order loss: the same runs\' EMA weights against their raw weights, on the '
-              'same chunks and orders (eval_ppl.py, ensemble=1).', {}, ema, stuck=m.stuck(mixed))]
+        claim(CLAIMS['8 ema'], {}, ema, stuck=m.stuck(mixed))]
 
 
 def plateau_left(records, unigram):
@@ -842,16 +778,13 @@ def ours_numbers(m, runs):
                       for reading, key in (('any-order', 'val_ao'), ('left-to-right', 'val_l2r'))}
 
 
-AT_PLATEAU = ('Runs of the other settings that end at the unigram entropy are the plateau measured here, so they '
-              'are compared as they are; the claim is not judged only if a rotary run did not learn.')
-
-
 def ours_claim(m, text, a, b, key, numbers=None):
-    """Ours: mean(a) - mean(b) of the final val key over runs; judged unless a rotary run (b) did not learn."""
+    """Ours: mean(a) - mean(b) of the final val key over runs; judged unless a rotary run (b) did not learn (the
+    text says so: experiments.AT_PLATEAU)."""
     at_entropy = [n for n in m.stuck(a) if n not in b]
     numbers = (numbers or {}) | ({'other runs at the unigram entropy (the plateau: kept)': ', '.join(at_entropy)}
                                  if at_entropy else {})
-    return claim(f'{text} {AT_PLATEAU}', numbers, unpaired_interval(m.finals(a, key), m.finals(b, key)),
+    return claim(text, numbers, unpaired_interval(m.finals(a, key), m.finals(b, key)),
                  stuck=m.stuck(b))
 
 
@@ -862,13 +795,8 @@ def finding_plateau(m):
                     for pe, names in runs.items()],
                    hlines=[('unigram entropy of the val text', [m.unigram])])
     return [fig], [
-        ours_claim(m, "(Ours) With queries at the target position ('rotary') AO-GPT (10% left to right, its swept "
-                   "learning rate and gate_init) ends with a lower any-order loss than with the authors' learned "
-                   "positions ('learned'), on the same tokens (effect: learned minus rotary, final EMA val any-order "
-                   'loss, nats).', runs['learned'], runs['rotary'], 'val_ao', ours_numbers(m, runs)),
-        ours_claim(m, "(Ours) It is the query at the target, not rotation as such: 'rotary' ends below "
-                   "'rotary_plain' (each query at its own slot's position, as in a GPT) (effect: rotary_plain minus "
-                   'rotary, final EMA val any-order loss, nats).', runs['rotary_plain'], runs['rotary'], 'val_ao')]
+        ours_claim(m, CLAIMS['plateau learned'], runs['learned'], runs['rotary'], 'val_ao', ours_numbers(m, runs)),
+        ours_claim(m, CLAIMS['plateau plain'], runs['rotary_plain'], runs['rotary'], 'val_ao')]
 
 
 def finding_long(m, long):
@@ -877,14 +805,11 @@ def finding_long(m, long):
                    [m.curves(f"'{pe}': {reading} loss", names, key) for pe, names in runs.items()
                     for reading, key in (('any-order', 'val_ao'), ('left-to-right', 'val_l2r'))],
                    hlines=[('unigram entropy of the val text', [m.unigram])])
-    at = f"At block {long['block_size']} (batch {long['batch_size']}: the tokens of an iteration as before)"
+    at = dict(block=long['block_size'], batch=long['batch_size'])
     return [fig], [
-        ours_claim(m, f"(Ours) {at} AO-GPT (10% left to right, its swept learning rate and gate_init) with queries "
-                   "at the target position ('rotary') ends with a lower any-order loss than with learned positions "
-                   "(effect: learned minus rotary, final EMA val any-order loss, nats).", runs['learned'],
-                   runs['rotary'], 'val_ao', ours_numbers(m, runs)),
-        ours_claim(m, f'(Ours) {at} ... and with a lower left-to-right loss (effect: learned minus rotary, final EMA '
-                   'val left-to-right loss, nats).', runs['learned'], runs['rotary'], 'val_l2r')]
+        ours_claim(m, CLAIMS['long learned'].format(**at), runs['learned'], runs['rotary'], 'val_ao',
+                   ours_numbers(m, runs)),
+        ours_claim(m, CLAIMS['long l2r'].format(**at), runs['learned'], runs['rotary'], 'val_l2r')]
 
 
 SHARES = 10  # finding length: the known share of a block, in bins of a tenth
@@ -923,28 +848,39 @@ def context_losses(folder, dataset, block, chunks, per_share, seed=SEEDS[0]):
 
 
 def finding_length(m, lengths, dataset, context):
-    """AO-GPT (rotary, its swept learning rate) against the encoder's NELBO and the l2r GPT at each block; the
-    any-order loss of AO-GPT and the encoder by the share of the block known and by the distance from the nearest
-    known token."""
-    runs = {block: {kind: [length_run(kind, block, s) for s in m.seed_list[:2]] for kind in ('mixed', 'encoder', 'l2r')}
+    """AO-GPT (queries at the target; at the longer blocks also the query-only variants) against the encoder's NELBO
+    and the l2r GPT at each block; the any-order loss of AO-GPT and the encoder by the share of the block known and
+    by the distance from the nearest known token."""
+    base = lengths[0][0]
+    readings = {query_label(pe): ('val_ao', f"AO-GPT, '{pe}', any-order loss") for pe in QUERY_POSITIONS} | {
+        'encoder': ('val_ao', 'encoder MDM, NELBO'), 'l2r': ('val_l2r', 'left-to-right GPT, left-to-right loss')}
+    runs = {block: {label: [length_run(label, block, s) for s in m.seed_list[:2]]
+                    for label in [query_label(pe) for pe in block_queries(block, base)] + ['encoder', 'l2r']}
             for block, _ in lengths}
     blocks = list(runs)
-    readings = (('mixed', 'val_ao', "AO-GPT (queries at the target), any-order loss"),
-                ('encoder', 'val_ao', "encoder MDM, NELBO"), ('l2r', 'val_l2r', 'left-to-right GPT, left-to-right loss'))
     fig = m.figure('ours_length.png', FINDINGS['length'], 'block size (tokens; the tokens of an iteration kept)',
-                   f'final {LOSS}', [(label, blocks, [m.finals(runs[b][kind], key) for b in blocks])
-                                     for kind, key, label in readings], logx=True)
+                   f'final {LOSS}', [(text, [b for b in blocks if label in runs[b]],
+                                      [m.finals(runs[b][label], key) for b in blocks if label in runs[b]])
+                                     for label, (key, text) in readings.items()], logx=True)
+    final = lambda block, label: m.finals(runs[block][label], readings[label][0])
     claims = []
-    for block, by_kind in runs.items():
-        numbers = {f'final val loss, {label}': spread(m.finals(by_kind[kind], key)) for kind, key, label in readings}
-        claims.append(claim(f"(Ours) At block {block} AO-GPT (10% left to right, its swept learning rate, queries at "
-                            "the target position) ends with an any-order loss below the encoder's NELBO (each with "
-                            "its swept settings, the same tokens; effect: the encoder's final EMA val NELBO minus "
-                            "AO-GPT's any-order loss, nats).", numbers,
-                            unpaired_interval(m.finals(by_kind['encoder'], 'val_ao'), m.finals(by_kind['mixed'], 'val_ao')),
-                            stuck=m.stuck(by_kind['mixed'] + by_kind['encoder'])))
-    by_context = {(block, kind): [context_losses(m.folders[name], dataset, block, **context) for name in runs[block][kind]]
-                  for block in blocks for kind in ('mixed', 'encoder')}
+    for block, by_label in runs.items():
+        numbers = {f'final val loss, {readings[label][1]}, learning rate '
+                   f"{m.read(names[0], 'args.json')['learning_rate']:g}": spread(final(block, label))
+                   for label, names in by_label.items()}
+        for pe in block_queries(block, base):
+            label = query_label(pe)
+            swept = '' if block == base else ', the rate swept again at this block'
+            claims.append(claim(CLAIMS['length encoder'].format(block=block, positions=pe, swept=swept),
+                                numbers if pe == 'rotary' else {},
+                                unpaired_interval(final(block, 'encoder'), final(block, label)),
+                                stuck=m.stuck(by_label[label] + by_label['encoder'])))
+        for pe in block_queries(block, base)[1:]:
+            claims.append(claim(CLAIMS['length variant'].format(block=block, positions=pe), {},
+                                unpaired_interval(final(block, 'mixed'), final(block, query_label(pe))),
+                                stuck=m.stuck(by_label[query_label(pe)] + by_label['mixed'])))
+    by_context = {(block, label): [context_losses(m.folders[name], dataset, block, **context)
+                                   for name in runs[block][label]] for block in blocks for label in ('mixed', 'encoder')}
     labels = {'mixed': 'AO-GPT', 'encoder': 'encoder'}
     shares = [(i + 0.5) / SHARES for i in range(SHARES)]
     by_share = m.figure('ours_length_by_share.png', '(Ours) AO-GPT and the encoder: loss by the share known',
@@ -1030,9 +966,16 @@ def dry_plan(p, findings, seed_list, kinds, n_sweep):
     """Print the runs after the sweep and the count: their settings wait for the sweep, their number does not
     (counted here as if every kind chose its first grid point)."""
     first = {kind: (grid_points(kind, p['grid'])[0], None, None) for kind in kinds}
-    runs = seed_runs(p, findings, seed_list, first, sweep_runs(p, kinds))
+    planned, at_blocks = sweep_runs(p, kinds), None
+    if 'length' in findings:
+        block_sweep = block_sweep_runs(p, first)
+        print(f"then finding length's sweep at the longer blocks, {len(block_sweep)} runs: {', '.join(block_sweep)}")
+        planned, n_sweep = planned | block_sweep, n_sweep + len(block_sweep)
+        at_blocks = {(label, block): point for block, _ in p['lengths']
+                     for label, (_, point) in length_entries(first, block, p['lengths'][0][0]).items()}
+    runs = seed_runs(p, findings, seed_list, first, planned, at_blocks)
     new = [name for name, flags in runs.items() if not isinstance(flags, str)]
-    print(f"then {len(new)} runs with the settings the sweep chooses: {', '.join(new)}; "
+    print(f"then {len(new)} runs with the settings the sweeps choose: {', '.join(new)}; "
           f"{len(runs) - len(new)} more are runs above or there with the same flags "
           f"({', '.join(name for name in runs if name not in new)}); {n_sweep + len(new)} training runs in all, "
           'then the evaluations')
@@ -1055,15 +998,20 @@ def main():
         return
     ran = run_jobs(sweep, n_workers, p['threads'])
     chosen = {kind: choose(p, kind, runs_dir) for kind in kinds}
-    runs = seed_runs(p, findings, seed_list, chosen, sweep_runs(p, kinds))
+    planned, at_blocks = sweep_runs(p, kinds), None
+    if 'length' in findings:  # its sweep at the longer blocks starts from the choices
+        block_sweep = block_sweep_runs(p, chosen)
+        ran += run_jobs([train_job(name, p, flags, folder(name)) for name, flags in block_sweep.items()], n_workers,
+                        p['threads'])
+        planned, at_blocks = planned | block_sweep, choose_at_blocks(p, chosen, runs_dir)
+    runs = seed_runs(p, findings, seed_list, chosen, planned, at_blocks)
     folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
     ran += run_jobs([train_job(name, p, flags, folders[name]) for name, flags in runs.items()
                      if not isinstance(flags, str)], n_workers, p['threads'])
     ran += run_jobs(eval_jobs(findings, p, seed_list, folders), n_workers, p['threads'])
     m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']))
     results = analyse(findings, p, m, chosen, runs_dir)
-    trained = [job_folder for job_folder in dict.fromkeys([folder(n) for n in sweep_runs(p, kinds)] +
-                                                         list(folders.values()))]
+    trained = list(dict.fromkeys([folder(n) for n in planned] + list(folders.values())))
     training = sum(read_metrics(f)[-1]['elapsed'] for f in trained) / 60
     settings = {'preset': preset, 'seeds': ', '.join(map(str, seed_list)), 'runs': len(trained),
                 'iterations per run': p['train']['max_iters'], 'training minutes, summed over runs': round(training, 1),

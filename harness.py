@@ -11,8 +11,9 @@ model_args: checkpoint (a path, a model folder, hf:owner/repo/file or hf:owner/r
 (1: none), score ('l2r', or 'nelbo' for the encoder), device, dtype, max_tokens (slots per forward, as
 eval_ppl.py), batch_size
 ('auto': as many requests as max_tokens allows, up to max_batch_size; N: at most N per forward),
-seed; for generation order, steps, temperature, top_p, top_k, speculate, max_gen_toks (the
-defaults a task's gen_kwargs override) and compile (True: each decoding step compiled, as sample.py's).
+seed; for generation order, steps, temperature, top_p, top_k, speculate (k, or 'auto' as sample.py's),
+max_gen_toks (the defaults a task's gen_kwargs override; its do_sample=True samples at temperature 1 where
+neither gives one) and compile (True: each decoding step compiled, as sample.py's).
 
 Text in, text out with the checkpoint's own tokenizer. A text holding characters outside a char
 model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
@@ -61,6 +62,8 @@ import inspect
 import json
 import logging
 import math
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch.nn import functional as F
@@ -69,8 +72,9 @@ from tqdm import tqdm
 
 from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
-                    check_settings, check_steps, default_device, fail, find_checkpoint, int_at_least, load_tokenizer,
-                    one_of, optional_int, read_checkpoint, release_freed_memory, speculation_k)
+                    check_settings, check_speculation_steps, check_steps, default_device, fail, find_checkpoint,
+                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint, release_freed_memory,
+                    speculation_k)
 from configurator import check_key, parse_text
 from engine import Sampling, compile_decoding, generate
 from scoring import (HEAD_COST, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
@@ -103,46 +107,33 @@ GEN_RULES = {k: MODEL_ARG_RULES[k] for k in ('temperature', 'top_p', 'top_k', 'm
 
 @register_model('ao-gpt')
 class AOGPTLM(LM):
+    """The harness's model: reads the model_args and loads the checkpoint, then hands each kind of request to its
+    piece: the Tokenizer (text to tokens), the Scorer (log-likelihoods) and the TextGenerator (generate_until)."""
+
     def __init__(self, checkpoint='', use_ema=True, ensemble=1, score='l2r', device=None, dtype='float32',
                  max_tokens=32768, batch_size='auto', max_batch_size=None, seed=1337, mc_samples=32, order='l2r',
-                 steps=None, temperature=0.0, top_p=1.0, top_k=None, speculate=0, max_gen_toks=256, compile=False,
+                 steps=None, temperature=0.0, top_p=1.0, top_k=None, speculate=None, max_gen_toks=256, compile=False,
                  **unknown):
         super().__init__()
-        for key in unknown:
-            check_key(key, self.settings(), where=' in model_args')
-        if not checkpoint:
-            fail('ao-gpt needs a checkpoint: --model_args checkpoint=path/to/ckpt.pt (or hf:owner/repo/file)')
-        check_settings(locals(), MODEL_ARG_RULES, flag='{} in model_args')
+        check_model_args(locals(), self.settings())
         device = device or default_device()
         check_device(device, dtype)
-        self.max_rows = requests_per_forward(batch_size, max_batch_size)
-        self.path = find_checkpoint(checkpoint, '')
-        self.model, ckpt = read_checkpoint(self.path, device, use_ema)
-        self.encoder = self.model.config.is_encoder
-        if self.encoder and ensemble > 1:
-            fail('the encoder reads its context as a set, in no order, so it has no context-order ensemble: ensemble=1')
-        if not self.encoder and score == 'nelbo':
-            fail("score=nelbo is the encoder's bound; a decoder's log-likelihood is exact: score=l2r")
-        speculate = speculation_k(speculate, self.model, order, 1)  # a generation request is decoded alone
-        check_decoding(order, self.model, speculate)
+        max_rows = requests_per_forward(batch_size, max_batch_size)
+        path = find_checkpoint(checkpoint, '')
+        self.model, ckpt = read_checkpoint(path, device, use_ema)
+        check_scoring(self.model, ensemble, score)
+        speculate = generation_speculation(self.model, order, steps, speculate)
         if compile:  # the generation's steps (scoring runs eager: its shapes vary with every batch of requests)
             compile_decoding(self.model)
-        vocab_size, self.block_size = self.model.config.vocab_size, self.model.config.block_size
-        self.encode, self.decode = load_tokenizer(ckpt, vocab_size)
-        self.vocab = checkpoint_vocab(ckpt, vocab_size)  # its characters, or 'gpt2'
-        self.n_tokens = token_count(ckpt, vocab_size)
-        self._device, self.ctx = torch.device(device), autocast(device, dtype)
-        self.ensemble, self.score, self.seed, self.mc_samples = ensemble, score, seed, mc_samples
-        self.max_tokens = max_tokens
-        self.order, self.steps, self.speculate, self.max_gen_toks = order, steps, speculate, max_gen_toks
-        self.sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
-        self.reported = set()  # the characters already named by the out-of-vocabulary warning
-        if score == 'nelbo':
-            log.warning('ao-gpt score=nelbo: loglikelihood_rolling gives minus the NELBO, a lower bound on the '
-                        'log-likelihood, so the perplexities are upper bounds')
-        if ensemble > 1:
-            log.warning(f'ao-gpt ensemble={ensemble}: the log-likelihoods (perplexities) are the ensemble\'s, '
-                        f'is_greedy (accuracies such as LAMBADA\'s acc) the left-to-right argmax')
+        self._device, ctx = torch.device(device), autocast(device, dtype)  # _device: LM.device's
+        self.tokenizer = Tokenizer.from_checkpoint(ckpt, self.model.config, path)
+        self.scorer = Scorer(model=self.model, device=self._device, ctx=ctx, score=score, ensemble=ensemble, seed=seed,
+                             mc_samples=mc_samples, max_tokens=max_tokens, max_rows=max_rows)
+        sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
+        self.generator = TextGenerator(model=self.model, device=self._device, ctx=ctx, tokenizer=self.tokenizer,
+                                       n_tokens=token_count(ckpt, self.model.config.vocab_size), seed=seed, order=order,
+                                       steps=steps, speculate=speculate, max_gen_toks=max_gen_toks, sampling=sampling)
+        warn_what_the_scores_are(score, ensemble)
 
     @classmethod
     def settings(cls):
@@ -152,12 +143,12 @@ class AOGPTLM(LM):
     @classmethod
     def create_from_arg_obj(cls, arg_dict, additional_config=None):
         """The harness's batch_size, max_batch_size and device where model_args do not set them (its
-        command line always passes a device); a model_arg whose default is a bool or a number is read as
-        sample.py reads its flags (use_ema=no is False, use_ema=perhaps an error)."""
+        command line always passes a device); a model_arg whose default is not text is read as sample.py reads its
+        flags (use_ema=no is False, use_ema=perhaps an error; a None default takes a literal: speculate=8 or auto)."""
         harness = {k: v for k, v in (additional_config or {}).items() if v is not None}
         defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()}
         typed = {k: parse_text(k, str(v), defaults[k], flag='{} in model_args')
-                 if isinstance(defaults.get(k), (bool, int, float)) else v for k, v in arg_dict.items()}
+                 if k in defaults and not isinstance(defaults[k], str) else v for k, v in arg_dict.items()}
         return cls(**(harness | typed))
 
     @classmethod
@@ -169,31 +160,18 @@ class AOGPTLM(LM):
 
     def loglikelihood(self, requests):
         """(log p(continuation | context), is_greedy) of each request; see the module docstring."""
-        if self.score == 'nelbo':
+        if self.scorer.score == 'nelbo':
             fail('score=nelbo bounds whole texts (loglikelihood_rolling, the perplexity tasks), not a continuation '
                  'given a context: score=l2r')
-        args = [(self.read_context(*r.args), r.args[1]) for r in requests]
-        readable = self.readable([context + continuation for context, continuation in args])
-        pairs = [encode_pair(self.encode, *pair) if ok else None for ok, pair in zip(readable, args)]
-        results = self.score_pairs(pairs, 'ao-gpt loglikelihood')
+        pairs = self.tokenizer.encode_pairs([r.args for r in requests])
+        results = self.scorer.score_pairs(pairs, 'ao-gpt loglikelihood')
         for request, result in zip(requests, results):
             self.cache_hook.add_partial('loglikelihood', request.args, result)
         return results
 
     def loglikelihood_rolling(self, requests):
         """log p(text) of each request, summed over its windows (or minus the NELBO with score=nelbo)."""
-        texts = [r.args[0] for r in requests]
-        docs = [self.encode(text) if ok else None for ok, text in zip(self.readable(texts), texts)]
-        if self.score == 'nelbo':
-            pieces = [(d, tokens[i:i + self.block_size]) for d, tokens in enumerate(docs) if tokens
-                      for i in range(0, len(tokens), self.block_size)]
-            scores = self.nelbo_bounds([chunk for _, chunk in pieces])
-        else:
-            pieces = [(d, window) for d, tokens in enumerate(docs) if tokens for window in self.windows(tokens)]
-            scores = [logp for logp, _ in self.score_pairs([w for _, w in pieces], 'ao-gpt loglikelihood_rolling')]
-        totals = [-math.inf if tokens is None else 0.0 for tokens in docs]
-        for (d, _), logp in zip(pieces, scores):
-            totals[d] += logp
+        totals = self.scorer.score_documents(self.tokenizer.encode_texts([r.args[0] for r in requests]))
         for request, total in zip(requests, totals):
             self.cache_hook.add_partial('loglikelihood_rolling', request.args, total)
         return totals
@@ -202,12 +180,94 @@ class AOGPTLM(LM):
         """The continuation of each context, decoded by engine.generate and cut at the task's stop strings."""
         out = []
         for c, request in enumerate(tqdm(requests, desc='ao-gpt generate_until')):
-            out.append(self.continue_text(c, *request.args))
+            out.append(self.generator.continue_text(c, *request.args))
             self.cache_hook.add_partial('generate_until', request.args, out[-1])
         return out
 
-    # -------------------------------------------------------------------------
-    # text to tokens
+
+# -----------------------------------------------------------------------------
+# model_args and the checkpoint
+
+def check_model_args(args, known):
+    """One line on the first mistake in the constructor's arguments (its locals) that needs no checkpoint to see."""
+    for key in args['unknown']:
+        check_key(key, known, where=' in model_args')
+    if not args['checkpoint']:
+        fail('ao-gpt needs a checkpoint: --model_args checkpoint=path/to/ckpt.pt (or hf:owner/repo/file)')
+    check_settings(args, MODEL_ARG_RULES, flag='{} in model_args')
+
+
+def requests_per_forward(batch_size, max_batch_size):
+    """At most how many requests a forward reads: batch_size N, or for 'auto' (and 'auto:N', the
+    harness's) as many as max_tokens allows, up to max_batch_size."""
+    if str(batch_size).startswith('auto'):
+        return max_batch_size or math.inf
+    if not str(batch_size).isdecimal() or int(batch_size) < 1:
+        fail(f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}")
+    return int(batch_size)
+
+
+def check_scoring(model, ensemble, score):
+    """One line where the model cannot score as the model_args ask."""
+    if model.config.is_encoder and ensemble > 1:
+        fail('the encoder reads its context as a set, in no order, so it has no context-order ensemble: ensemble=1')
+    if not model.config.is_encoder and score == 'nelbo':
+        fail("score=nelbo is the encoder's bound; a decoder's log-likelihood is exact: score=l2r")
+
+
+def generation_speculation(model, order, steps, speculate):
+    """The speculate k of generation ('auto' as sample.py's), checked against the model, order and steps."""
+    k = speculation_k(speculate, model, order, 1)  # a generation request is decoded alone
+    check_decoding(order, model, k)
+    check_speculation_steps(steps, k, flag='{}')  # named as the model_args name them
+    return k
+
+
+def warn_what_the_scores_are(score, ensemble):
+    """A warning where the numbers are not plain left-to-right log-likelihoods: NELBO bounds, or an ensemble's."""
+    if score == 'nelbo':
+        log.warning('ao-gpt score=nelbo: loglikelihood_rolling gives minus the NELBO, a lower bound on the '
+                    'log-likelihood, so the perplexities are upper bounds')
+    if ensemble > 1:
+        log.warning(f'ao-gpt ensemble={ensemble}: the log-likelihoods (perplexities) are the ensemble\'s, '
+                    f'is_greedy (accuracies such as LAMBADA\'s acc) the left-to-right argmax')
+
+
+# -----------------------------------------------------------------------------
+# text to tokens
+
+@dataclass
+class Tokenizer:
+    """The checkpoint's tokenizer, and the tokens of a request's text that the block reads: a text with characters
+    outside a char model's vocabulary there is impossible (None), with one warning naming them."""
+    encode: Callable
+    decode: Callable
+    vocab: str  # a char model's characters, or 'gpt2'
+    block_size: int
+    path: str  # the checkpoint, named by the warning
+    reported: set = field(default_factory=set)  # the characters already named by the warning
+
+    @classmethod
+    def from_checkpoint(cls, ckpt, config, path):
+        encode, decode = load_tokenizer(ckpt, config.vocab_size)
+        return cls(encode, decode, checkpoint_vocab(ckpt, config.vocab_size), config.block_size, path)
+
+    def encode_pairs(self, pairs):
+        """(context tokens, continuation tokens) of each (context, continuation) text pair, as encode_pair splits it;
+        None where it is impossible."""
+        pairs = [(self.read_context(context, continuation), continuation) for context, continuation in pairs]
+        readable = self.readable([context + continuation for context, continuation in pairs])
+        return [encode_pair(self.encode, *pair) if ok else None for ok, pair in zip(readable, pairs)]
+
+    def encode_texts(self, texts):
+        """The tokens of each text; None where it is impossible."""
+        return [self.encode(text) if ok else None for ok, text in zip(self.readable(texts), texts)]
+
+    def encode_prompt(self, context, room):
+        """The context's last room tokens; None where the characters a char model keeps of it are impossible."""
+        if not self.readable([context[-room:]])[0]:
+            return None
+        return self.encode(context)[-room:]
 
     def readable(self, texts):
         """Whether each text is written in the vocabulary's characters; one warning naming those outside it
@@ -228,13 +288,64 @@ class AOGPTLM(LM):
             return context
         return context[max(0, len(context) - max(0, self.block_size - len(continuation))):]
 
-    def windows(self, tokens):
-        """The harness's rolling windows as (context, continuation) pairs; see the module docstring."""
-        windows = map(make_disjoint_window, get_rolling_token_windows(tokens, START, self.block_size - 1, 1))
-        return [([t for t in context if t != START], pred) for context, pred in windows]
 
-    # -------------------------------------------------------------------------
-    # scoring
+def encode_pair(encode, context, continuation):
+    """(context tokens, continuation tokens) as lm-eval's own models split a pair (TemplateLM._encode_pair): the
+    context's trailing spaces move to the continuation, the context is encoded alone, and the continuation's tokens
+    are the whole text's after as many; one line if none is left (a BPE merge across the boundary: '4' + '2')."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    context_ids = encode(context)
+    continuation_ids = encode(context + continuation)[len(context_ids):]
+    if not continuation_ids:
+        fail(f'the continuation {continuation!r} after {context[-30:]!r} has no tokens of its own (empty, or merged '
+             f'into the context\'s last token), which lm-eval\'s own models refuse too: drop the request')
+    return context_ids, continuation_ids
+
+
+def rolling_windows(tokens, block_size):
+    """The harness's rolling windows of a text's tokens as (context, continuation) pairs; see the module docstring."""
+    windows = map(make_disjoint_window, get_rolling_token_windows(tokens, START, block_size - 1, 1))
+    return [([t for t in context if t != START], pred) for context, pred in windows]
+
+
+# -----------------------------------------------------------------------------
+# scoring
+
+@dataclass
+class Scorer:
+    """Log-likelihoods of tokens: left to right (ensembles included) or the encoder's, and the encoder's NELBO
+    bounds; requests in batches under max_tokens, longest first (see the module docstring)."""
+    model: torch.nn.Module
+    device: torch.device
+    ctx: object  # the autocast of the model_arg dtype
+    score: str  # 'l2r', or 'nelbo' (the encoder's bound, for whole texts)
+    ensemble: int
+    seed: int
+    mc_samples: int
+    max_tokens: int
+    max_rows: int | float  # requests per forward (inf: as many as max_tokens allows)
+
+    @property
+    def block_size(self):
+        return self.model.config.block_size
+
+    def score_documents(self, docs):
+        """log p of each document's tokens (None: impossible, -inf) summed over its rolling windows, or with
+        score=nelbo minus the NELBO summed over its disjoint block_size chunks."""
+        if self.score == 'nelbo':
+            pieces = [(d, tokens[i:i + self.block_size]) for d, tokens in enumerate(docs) if tokens
+                      for i in range(0, len(tokens), self.block_size)]
+            scores = self.nelbo_bounds([chunk for _, chunk in pieces])
+        else:
+            pieces = [(d, window) for d, tokens in enumerate(docs) if tokens
+                      for window in rolling_windows(tokens, self.block_size)]
+            scores = [logp for logp, _ in self.score_pairs([w for _, w in pieces], 'ao-gpt loglikelihood_rolling')]
+        totals = [-math.inf if tokens is None else 0.0 for tokens in docs]
+        for (d, _), logp in zip(pieces, scores):
+            totals[d] += logp
+        return totals
 
     def score_pairs(self, pairs, desc):
         """(log p(continuation | context), is_greedy) of each (context, continuation) token pair; None is impossible."""
@@ -248,7 +359,7 @@ class AOGPTLM(LM):
                 for c, (context, continuation) in fit.items()]
         bar = tqdm(total=len(rows), desc=desc)
         for batch in self.batches(rows):
-            if self.encoder:
+            if self.model.config.is_encoder:
                 scored = [self.encoder_l2r(x, n) for _, x, n in batch]
             else:
                 logps, greedy = self.l2r(batch)
@@ -330,59 +441,6 @@ class AOGPTLM(LM):
             bounds.append(-nelbo.item() * x.size(1))
         return bounds
 
-    # -------------------------------------------------------------------------
-    # generation
-
-    def continue_text(self, c, context, gen_kwargs):
-        """The text request c's context goes on with (see the module docstring)."""
-        until, new, sampling = self.generation(gen_kwargs)
-        room = self.block_size - new
-        if not self.readable([context[-room:]])[0]:  # a char model reads the characters the block keeps
-            return ''
-        prompt = self.encode(context)[-room:]
-        x = torch.tensor([prompt + [0] * new], device=self.device)
-        known = torch.arange(x.size(1), device=self.device) < len(prompt)
-        steps = check_steps(self.steps, new, self.order, self.speculate)
-        generator = torch.Generator(self.device).manual_seed(hash((self.seed, c)))
-        with self.ctx:
-            x, _ = generate(self.model, x, known, steps, sampling, order=self.order, generator=generator,
-                            n_tokens=self.n_tokens, speculate=self.speculate)
-        text = self.decode(x[0, len(prompt):].tolist())
-        return text[:min([text.find(s) for s in until if s and s in text], default=len(text))]
-
-    def generation(self, gen_kwargs):
-        """(stop strings, max_gen_toks, Sampling) of a request: the task's gen_kwargs over the model_args."""
-        extra = set(gen_kwargs) - set(GEN_KWARGS)
-        if extra:
-            fail(f"ao-gpt does not take the gen_kwargs {', '.join(sorted(extra))}; it takes {', '.join(GEN_KWARGS)}")
-        until = gen_kwargs.get('until') or []
-        until = ([until] if isinstance(until, str) else list(until)) + ([GPT2_EOT] if self.vocab == 'gpt2' else [])
-        sampling = self.sampling | {k: gen_kwargs[k] for k in self.sampling if gen_kwargs.get(k) is not None}
-        if gen_kwargs.get('do_sample') is False:
-            sampling['temperature'] = 0.0
-        max_gen_toks = gen_kwargs.get('max_gen_toks') or self.max_gen_toks
-        check_settings(sampling | {'max_gen_toks': max_gen_toks}, GEN_RULES, flag='{} in gen_kwargs')
-        if max_gen_toks >= self.block_size:
-            fail(f"max_gen_toks {max_gen_toks} leaves the prompt no room in block_size {self.block_size}, which "
-                 f"lm-eval's own models refuse too: set max_gen_toks below {self.block_size} in model_args (or in the "
-                 f"task's generation_kwargs, where it sets one)")
-        return until, max_gen_toks, Sampling(**sampling)
-
-
-def encode_pair(encode, context, continuation):
-    """(context tokens, continuation tokens) as lm-eval's own models split a pair (TemplateLM._encode_pair): the
-    context's trailing spaces move to the continuation, the context is encoded alone, and the continuation's tokens
-    are the whole text's after as many; one line if none is left (a BPE merge across the boundary: '4' + '2')."""
-    spaces = len(context) - len(context.rstrip())
-    if spaces:
-        context, continuation = context[:-spaces], context[-spaces:] + continuation
-    context_ids = encode(context)
-    continuation_ids = encode(context + continuation)[len(context_ids):]
-    if not continuation_ids:
-        fail(f'the continuation {continuation!r} after {context[-30:]!r} has no tokens of its own (empty, or merged '
-             f'into the context\'s last token), which lm-eval\'s own models refuse too: drop the request')
-    return context_ids, continuation_ids
-
 
 def content_seed(seed, tokens):
     """A seed from the seed setting and a request's tokens, so a request gets the same random orders (or masks)
@@ -391,11 +449,70 @@ def content_seed(seed, tokens):
     return int.from_bytes(digest[:8], 'little')
 
 
-def requests_per_forward(batch_size, max_batch_size):
-    """At most how many requests a forward reads: batch_size N, or for 'auto' (and 'auto:N', the
-    harness's) as many as max_tokens allows, up to max_batch_size."""
-    if str(batch_size).startswith('auto'):
-        return max_batch_size or math.inf
-    if not str(batch_size).isdecimal() or int(batch_size) < 1:
-        fail(f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}")
-    return int(batch_size)
+# -----------------------------------------------------------------------------
+# generation
+
+@dataclass
+class TextGenerator:
+    """Continuations of requests' contexts by engine.generate: the model_args' settings, which a task's gen_kwargs
+    override (see the module docstring)."""
+    model: torch.nn.Module
+    device: torch.device
+    ctx: object  # the autocast of the model_arg dtype
+    tokenizer: Tokenizer
+    n_tokens: int  # the vocabulary's ids that are tokens (those past them pad GPT-2's table)
+    seed: int
+    order: str
+    steps: int | None
+    speculate: int
+    max_gen_toks: int
+    sampling: dict  # temperature, top_p, top_k
+
+    def continue_text(self, c, context, gen_kwargs):
+        """The text request c's context goes on with (see the module docstring)."""
+        until, new, sampling = self.request_settings(gen_kwargs)
+        prompt = self.tokenizer.encode_prompt(context, self.tokenizer.block_size - new)
+        if prompt is None:
+            return ''
+        x = torch.tensor([prompt + [0] * new], device=self.device)
+        known = torch.arange(x.size(1), device=self.device) < len(prompt)
+        steps = check_steps(self.steps, new, self.order, self.speculate, flag='{}')
+        generator = torch.Generator(self.device).manual_seed(hash((self.seed, c)))
+        with self.ctx:
+            x, _ = generate(self.model, x, known, steps, sampling, order=self.order, generator=generator,
+                            n_tokens=self.n_tokens, speculate=self.speculate)
+        text = self.tokenizer.decode(x[0, len(prompt):].tolist())
+        return text[:min([text.find(s) for s in until if s and s in text], default=len(text))]
+
+    def request_settings(self, gen_kwargs):
+        """(stop strings, max_gen_toks, Sampling) of a request: the task's gen_kwargs over the model_args."""
+        extra = set(gen_kwargs) - set(GEN_KWARGS)
+        if extra:
+            fail(f"ao-gpt does not take the gen_kwargs {', '.join(sorted(extra))}; it takes {', '.join(GEN_KWARGS)}")
+        until = gen_kwargs.get('until') or []
+        gpt2 = self.tokenizer.vocab == 'gpt2'
+        until = ([until] if isinstance(until, str) else list(until)) + ([GPT2_EOT] if gpt2 else [])
+        sampling = self.sampling | {k: gen_kwargs[k] for k in self.sampling if gen_kwargs.get(k) is not None}
+        sampling['temperature'] = sample_temperature(gen_kwargs, sampling['temperature'])
+        max_gen_toks = self.max_gen_toks if gen_kwargs.get('max_gen_toks') is None else gen_kwargs['max_gen_toks']
+        check_settings(sampling | {'max_gen_toks': max_gen_toks}, GEN_RULES, flag='{} in gen_kwargs')
+        block_size = self.tokenizer.block_size
+        if max_gen_toks >= block_size:
+            fail(f"max_gen_toks {max_gen_toks} leaves the prompt no room in block_size {block_size}, which "
+                 f"lm-eval's own models refuse too: set max_gen_toks below {block_size} in model_args (or in the "
+                 f"task's generation_kwargs, where it sets one)")
+        return until, max_gen_toks, Sampling(**sampling)
+
+
+def sample_temperature(gen_kwargs, temperature):
+    """The temperature of a request: 0 (greedy) with do_sample=False; with do_sample=True the one it gives, else a
+    nonzero model_arg's, else 1 (the model_arg's default 0 is greedy; Hugging Face's generate samples at 1)."""
+    do_sample = gen_kwargs.get('do_sample')
+    if do_sample is False:
+        return 0.0
+    if do_sample and temperature == 0:
+        if gen_kwargs.get('temperature') is not None:
+            fail('do_sample=True with temperature 0 in gen_kwargs: sampling needs a temperature > 0 (or '
+                 'do_sample=False for greedy decoding)')
+        return 1.0
+    return temperature

@@ -30,7 +30,10 @@ How a network is told where its tokens are is `position_encoding`, for every net
   predicts, so the score between the query that predicts position t and the key of the token at p
   depends on t - p. The start slot's key and a slot without a target sit at position -1. For the
   encoder a position predicts itself, so this is plain RoPE; left to right it is RoPE shifted by one;
-- 'rotary_plain' (the decoders' ablation): the query at the slot's own position, as in a GPT.
+- 'rotary_plain' (the decoders' ablation): the query at the slot's own position, as in a GPT;
+- 'rotary_half_heads' and 'rotary_upper_layers' (ours, for the decoders): in the first half of each
+  layer's heads, or in every head of the upper half of the layers, the query at the target; in the
+  others at its own position. Only queries change, so the cache and every decoding path stay as they are.
 The target's other path stays as it is: AO-GPT's adaLN condition, sigma-GPT's added embedding.
 
 References: Xue et al., "Any-Order GPT as Masked Diffusion Model: Decoupling Formulation and
@@ -60,7 +63,7 @@ class GPTConfig:
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
     architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
-    position_encoding: str = 'learned'  # 'learned' (an added table), 'rotary' (queries at the target), 'rotary_plain'
+    position_encoding: str = 'learned'  # 'learned' (an added table), 'rotary' (queries at the target), ... (above)
 
     def __post_init__(self):
         if self.target_injection not in RECIPES:
@@ -74,9 +77,15 @@ class GPTConfig:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
         if self.position_encoding not in POSITION_ENCODINGS:
             raise ValueError(f'position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}')
-        if self.position_encoding == 'rotary_plain' and self.is_encoder:
-            raise ValueError("position_encoding='rotary_plain' is the decoders' ablation (queries at their own "
-                             "position); the encoder's position predicts itself, so use 'rotary'")
+        if self.position_encoding in DECODER_POSITIONS and self.is_encoder:
+            raise ValueError(f"position_encoding={self.position_encoding!r} is for the decoders (it places queries at "
+                             "their own position); the encoder's position predicts itself, so use 'rotary'")
+        if self.position_encoding == 'rotary_half_heads' and self.n_head < 2:
+            raise ValueError("position_encoding='rotary_half_heads' splits each layer's heads: n_head must be 2 or "
+                             f"more, got {self.n_head}")
+        if self.position_encoding == 'rotary_upper_layers' and self.n_layer < 2:
+            raise ValueError("position_encoding='rotary_upper_layers' splits the layers: n_layer must be 2 or more, "
+                             f"got {self.n_layer}")
         if self.is_rotary and self.n_embd // self.n_head % 2:
             raise ValueError(f"position_encoding={self.position_encoding!r} turns pairs of channels: the head size "
                              f"n_embd / n_head ({self.n_embd // self.n_head}) must be even")
@@ -89,6 +98,12 @@ class GPTConfig:
     def is_rotary(self):
         """Whether positions are rotations in attention (RoPE) rather than a table added to the input."""
         return self.position_encoding != 'learned'
+
+    def target_heads(self, layer):
+        """How many of layer's heads (the first ones) turn their queries at the target position (rotary encodings);
+        the others turn them at their slot's own position."""
+        return {'rotary': self.n_head, 'rotary_plain': 0, 'rotary_half_heads': self.n_head // 2,
+                'rotary_upper_layers': self.n_head if layer >= self.n_layer // 2 else 0}[self.position_encoding]
 
     @property
     def is_encoder(self):
@@ -262,7 +277,8 @@ RECIPES = {
 }
 TARGET_INJECTIONS = tuple(RECIPES)
 ARCHITECTURES = ('decoder', 'encoder')
-POSITION_ENCODINGS = ('learned', 'rotary', 'rotary_plain')
+DECODER_POSITIONS = ('rotary_plain', 'rotary_half_heads', 'rotary_upper_layers')  # a query at its own position
+POSITION_ENCODINGS = ('learned', 'rotary') + DECODER_POSITIONS
 
 
 def build_model(config):
@@ -280,10 +296,11 @@ class Network(nn.Module):
     """What the networks share: the blocks' loop, the rotary table, the init, the optimizer's parameter groups,
     the MFU estimate."""
 
-    def run_blocks(self, h, c, cache=None, attn_mask=None, rope=None):
-        """h through every block, with cuDNN's attention in training only (NO_CUDNN)."""
+    def run_blocks(self, h, c, cache=None, attn_mask=None, ropes=None):
+        """h through every block, with cuDNN's attention in training only (NO_CUDNN); ropes: each layer's (query turn,
+        key turn), or None (learned positions)."""
         with sdpa_kernel(ALL_BACKENDS if self.training else NO_CUDNN):
-            for block in self.transformer.h:
+            for block, rope in zip(self.transformer.h, ropes or [None] * len(self.transformer.h)):
                 h = block(h, c, cache, attn_mask, rope)
         return h
 
@@ -376,6 +393,19 @@ class GPT(Network):
         loss = loss.view(B, T)
         return logits, (loss.mean() if reduction == 'mean' else loss)
 
+    def layer_turns(self, at_target, own):
+        """Each layer's (query turn, key turn) from Rotary's turns at the slots' targets and own positions: keys at their
+        own position, the first target_heads(layer) heads' queries at the target and the other heads' at their own."""
+        cfg = self.config
+
+        def queries(n):
+            if n in (0, cfg.n_head):
+                return own if n == 0 else at_target
+            return tuple(torch.cat((t.expand(-1, n, -1, -1), o.expand(-1, cfg.n_head - n, -1, -1)), 1)
+                         for t, o in zip(at_target, own))
+        turns = {n: queries(n) for n in {cfg.target_heads(layer) for layer in range(cfg.n_layer)}}
+        return [(turns[cfg.target_heads(layer)], own) for layer in range(cfg.n_layer)]
+
     def forward_slots(self, tokens, positions, targets, cache=None, attn_mask=None, out_slots=None):
         """The general forward over explicit slots, for training, cached sampling and evaluation.
 
@@ -392,12 +422,11 @@ class GPT(Network):
         wt = self.transformer
         is_start = (positions < 0).unsqueeze(-1)
         h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens))
-        rope = None
+        ropes = None
         if self.rotary is None:
             h = h + wt.wpe(positions + 1)
         else:
-            keys = self.rotary(positions)
-            rope = (keys if self.config.position_encoding == 'rotary_plain' else self.rotary(targets), keys)
+            ropes = self.layer_turns(self.rotary(targets), self.rotary(positions))
         c = wt.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
         adaln = self.config.recipe.adaln
         if not adaln:
@@ -407,7 +436,7 @@ class GPT(Network):
             S = tokens.size(1)
             cache.begin(S)
             attn_mask = cache.mask(S, S) if attn_mask is None else attn_mask
-        h = self.run_blocks(h, c, cache, attn_mask, rope)
+        h = self.run_blocks(h, c, cache, attn_mask, ropes)
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
@@ -463,14 +492,14 @@ class MDM(Network):
         wt = self.transformer
         h = wt.wte(z)
         positions = torch.arange(T, device=z.device)
-        rope = None
+        ropes = None
         if self.rotary is None:
             h = h + wt.wpe(positions)
         else:  # each position predicts itself: queries and keys at the same place
-            rope = (self.rotary(positions[None]),) * 2
+            ropes = [(self.rotary(positions[None]),) * 2] * self.config.n_layer
         h = wt.drop(h)
         c = wt.wcond.weight.expand(B, T, -1)
-        h = self.run_blocks(h, c, rope=rope)
+        h = self.run_blocks(h, c, ropes=ropes)
         if out_positions is not None:
             h = h.gather(1, out_positions.unsqueeze(-1).expand(-1, -1, h.size(-1)))
             c = c[:, :out_positions.size(1)]

@@ -58,8 +58,11 @@ def line_figure(path, title, xlabel, ylabel, series, hlines=(), logx=False, logy
         ax.axhline(s['mean'], color=color, linestyle='--', label=label)
         if s['max'] > s['min']:
             ax.axhspan(s['min'], s['max'], color=color, alpha=0.15, linewidth=0)
-    if logx:
-        ax.set_xscale('log', base=2)
+    if logx:  # ticks at the values plotted, written plainly: learning rates read 0.003 and 0.01, not 2^-8 and 2^-7
+        ax.set_xscale('log')
+        ticks = sorted({x for _, xs, _ in series for x in xs})
+        ax.set_xticks(ticks, [f'{x:g}' for x in ticks])
+        ax.set_xticks([], minor=True)
     if logy:
         ax.set_yscale('log')
     ax.set(xlabel=xlabel, ylabel=ylabel)

@@ -11,15 +11,19 @@ With DDP on the GPUs of one node (or `torchrun train.py ...` for a single proces
     torchrun --standalone --nproc_per_node=8 train.py config/train_ao_gpt_small.py
 
 Any setting below can be overridden by a config file and by --key=value; --help lists them.
-init_from: 'scratch', 'resume' (out_dir/ckpt.pt, exactly where it stopped), or a checkpoint (a
-path or hf:owner/repo/path, ours or the authors' released format) whose EMA weights start a new run.
-A scratch run refuses an out_dir that already holds a ckpt.pt unless --overwrite=True.
+init_from: 'scratch', 'resume' (out_dir/ckpt.pt, exactly where it stopped), 'auto' (resume when
+out_dir/ckpt.pt exists, else scratch: one command for a cluster job's first start and every requeue),
+or a checkpoint (a path or hf:owner/repo/path, ours or the authors' released format) whose EMA weights
+start a new run. A scratch run refuses an out_dir that already holds a ckpt.pt unless --overwrite=True.
+SIGTERM (or SIGUSR1, which some clusters send first) ends the run after the current iteration with a
+checkpoint and exit code 75 (EX_TEMPFAIL: run it again); the same command with --init_from=auto goes on.
 --eval_only evaluates the checkpoint (out_dir/ckpt.pt, or init_from) and writes nothing.
 """
 import json
 import math
 import os
-import tempfile
+import signal
+import sys
 import time
 from collections import Counter
 from dataclasses import fields
@@ -31,7 +35,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchmarks import load_tokens, paper_chunks
 from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
-from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, dataset_vocab,
+from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, check_writable,
+                    dataset_vocab,
                     default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb, read_checkpoint)
 from configurator import configure, setting_keys
 from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
@@ -45,7 +50,7 @@ eval_interval = 2000
 log_interval = 10
 eval_iters = 200
 eval_only = False  # evaluate the checkpoint once and exit
-init_from = 'scratch'  # 'scratch', 'resume', or a checkpoint path / hf:owner/repo/path
+init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), or a checkpoint path / hf:...
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
 # wandb logging
 wandb_log = False
@@ -74,7 +79,7 @@ dropout = 0.0
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
 architecture = 'decoder'  # 'decoder' (the above) or 'encoder' (the masked diffusion model, trained on its NELBO)
-position_encoding = 'learned'  # 'learned' (the authors'), 'rotary' (queries at the target) or 'rotary_plain' (model.py)
+position_encoding = 'learned'  # 'learned' (the authors'), 'rotary' (queries at the target), or an ablation (model.py)
 mask_eps = 1e-3  # encoder: the masking levels t are drawn from [mask_eps, 1), as MDLM
 # AdamW
 learning_rate = 6e-4
@@ -179,6 +184,9 @@ def permutation_problem(values, n):
 
 explicit_order = read_order_file(order_file) if order_file else None
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+auto = init_from == 'auto'
+if auto:  # a requeued job's command: go on with the run it started, or start it
+    init_from = 'resume' if os.path.exists(ckpt_path) else 'scratch'
 if eval_only and init_from == 'scratch':
     init_from = 'resume'  # evaluate the run in out_dir
 if init_from != 'resume' and not eval_only and os.path.exists(ckpt_path) and not overwrite:
@@ -202,19 +210,8 @@ data_vocab, data_size = dataset_vocab(dataset_dir)
 vocab_size = GPTConfig.vocab_size if data_vocab == 'gpt2' else data_size  # GPT-2's table is padded
 
 
-def check_out_dir():
-    """Make out_dir and write a file in it, so that a folder that cannot hold the checkpoint fails now."""
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as e:
-        fail(f'--out_dir={out_dir} cannot be created or written ({e.strerror or type(e).__name__}): '
-             f'pick a folder you can write to')
-
-
 if not eval_only:
-    check_out_dir()
+    check_writable(out_dir, f'--out_dir={out_dir}')
 
 
 def benchmark_chunks():
@@ -283,6 +280,19 @@ def check_model_settings(config, free=()):
         fail(f"{flags} {verb} from the checkpoint's {saved} ({init_path}); {fix}")
 
 
+# settings a run may take on afresh when it goes on: where it is, and how it was started
+RESTART_FREE = ('out_dir', 'init_from', 'overwrite', 'eval_only')
+
+
+def check_same_run(saved):
+    """--init_from=auto goes on only with the run's own settings (a requeue repeats its command): fail on others."""
+    differ = [k for k in config if k not in RESTART_FREE and k in saved and saved[k] != config[k]]
+    if differ:
+        fail(f"--init_from=auto: {ckpt_path} was written with other settings ("
+             f"{', '.join(f'{k}={saved[k]!r}, now {config[k]!r}' for k in differ)}): go on with --init_from=resume "
+             f'and those settings, or start a new out_dir')
+
+
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_init_std=target_init_std,
                   gate_init=gate_init, target_injection=target_injection, architecture=architecture,
@@ -302,6 +312,8 @@ elif init_from == 'resume':
         fail(f'{init_path} was not written by train.py, so it cannot be resumed: start a new run from its '
              f'weights with --init_from=<its path> and another --out_dir')
     check_model_settings(model.config)
+    if auto:
+        check_same_run(checkpoint['config'])
     vocab_note = check_vocab(checkpoint_tokens(checkpoint, model.config.vocab_size), (data_vocab, data_size), dataset)
     model.train()
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's (no flag says otherwise)
@@ -349,8 +361,8 @@ if compile:
         print('compiling the model... (takes a minute)')
     model = torch.compile(model)
     eval_model = torch.compile(eval_model)
-if ddp:
-    model = DDP(model, device_ids=[ddp_local_rank] if device_type == 'cuda' else None)
+if ddp:  # no buffer to broadcast: the rotary tables are made from the config on every process
+    model = DDP(model, device_ids=[ddp_local_rank] if device_type == 'cuda' else None, broadcast_buffers=False)
 
 
 # -----------------------------------------------------------------------------
@@ -483,6 +495,28 @@ def stop_on_nonfinite(what, value):
         fail(f'{what} is {value} at iter {iter_num}; stopped without saving, {kept} ({cause})')
 
 
+stop_signal = None  # the signal that asked the run to stop (request_stop)
+
+
+def request_stop(signum, frame):
+    """SIGTERM / SIGUSR1: finish the iteration, save and exit (stop_agreed); a second signal changes nothing."""
+    global stop_signal
+    stop_signal = signum
+
+
+def stop_agreed():
+    """Whether any process was asked to stop: under DDP every rank learns it at the same iteration."""
+    if not ddp:
+        return stop_signal is not None
+    asked = torch.tensor(float(stop_signal is not None), device=device)
+    torch.distributed.all_reduce(asked, op=torch.distributed.ReduceOp.MAX)
+    return asked.item() > 0
+
+
+PREEMPTED = 75  # EX_TEMPFAIL: stopped by a signal with a checkpoint; the same command with --init_from=auto goes on
+for name in ('SIGTERM', 'SIGUSR1'):
+    if hasattr(signal, name) and not eval_only:
+        signal.signal(getattr(signal, name), request_stop)
 if master_process and not eval_only:
     start_metrics()
 if wandb_log and master_process and not eval_only:
@@ -495,6 +529,7 @@ start_time = time.time()
 log_time, log_iter = start_time, iter_num
 tokens_per_sec = 0.0
 train_loss = torch.zeros((), device=device)  # summed on the device between logs: no sync per step
+saved_at = iter_num if init_from == 'resume' else None  # the iteration out_dir/ckpt.pt holds
 while True:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
@@ -519,9 +554,21 @@ while True:
             wandb.log(record)
         if iter_num > 0:
             save_checkpoint(checkpoint_now(), ckpt_path)
+            saved_at = iter_num
             print(f'saved checkpoint to {out_dir}')
     if eval_only or iter_num >= max_iters:
         break
+    if stop_agreed():
+        if master_process and saved_at != iter_num:
+            save_checkpoint(checkpoint_now(), ckpt_path)
+        if master_process:
+            by = signal.Signals(stop_signal).name if stop_signal else "another process's signal"
+            print(f'stopped by {by} at iter {iter_num}: saved {ckpt_path}; the same command with '
+                  '--init_from=auto goes on')
+        if ddp:  # every process leaves once the checkpoint is written: torchrun stops the rest when one exits
+            torch.distributed.barrier()
+            destroy_process_group()
+        sys.exit(PREEMPTED)
 
     seed_iteration(iter_num)
     for micro_step in range(gradient_accumulation_steps):

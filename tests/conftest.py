@@ -304,7 +304,8 @@ def says(message, *parts):
 TINY_BLOCK = 16  # tiny_model's block_size
 # the decoders the exactness tests run: AO-GPT and sigma-GPT with each position encoding
 DECODERS = [dict(target_injection=injection, position_encoding=positions)
-            for injection in ('adaln', 'add') for positions in ('learned', 'rotary', 'rotary_plain')]
+            for injection in ('adaln', 'add') for positions in ('learned', 'rotary', 'rotary_plain')] + \
+           [dict(target_injection='adaln', position_encoding=p) for p in ('rotary_half_heads', 'rotary_upper_layers')]
 
 
 def decoder_id(kind):

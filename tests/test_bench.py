@@ -4,9 +4,10 @@ import re
 import shutil
 import subprocess
 
+import huggingface_hub
 import pytest
 
-from conftest import ROOT, run_script, synthetic_gpt2_ids
+from conftest import ROOT, one_line_error, run_here, run_script, says, synthetic_gpt2_ids
 
 
 def test_arch_compares_the_three_architectures(tmp_path, one_thread):
@@ -36,6 +37,19 @@ def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
         assert r[5].endswith('x') and 0 < float(r[7]) <= float(r[6]) <= 1 and (r[8].endswith('%') or r[8] == '-')
         assert 0 < float(r[9][:-1]) <= 100 and float(r[10][:-1]) >= float(r[5][:-1])
         assert (r[3] == 'auto(0)') == (r[6] == '1.00' and r[8] == '-')
+
+
+def test_the_checkpoint_is_named_as_every_script_names_it(workdir, char_ckpt, monkeypatch, capsys, one_thread):
+    # a run folder: the ckpt.pt in it, as sample.py says, before any benchmark runs
+    says(one_line_error('bench.py', '--run=train,speculate', f'--checkpoint={char_ckpt}', cwd=workdir),
+         'is a folder without a config.json', f'{char_ckpt}/ckpt.pt')
+    asked = []  # a Hub file, fetched (offline: the download answered by the local checkpoint)
+    fetch = lambda repo, filename: asked.append((repo, filename)) or str(workdir / char_ckpt / 'ckpt.pt')
+    monkeypatch.setattr(huggingface_hub, 'hf_hub_download', fetch)
+    run_here('bench.py', '--run=speculate', '--checkpoint=hf:own/rep/ckpt.pt', '--speculate_random=False',
+             '--speculate_k=2', '--speculate_top_p=1.0', '--batch_size=1', '--speculate_tokens=8', '--rounds=1',
+             cwd=workdir)
+    assert asked == [('own/rep', 'ckpt.pt')] and 'speculative decoding: hf:own/rep/ckpt.pt' in capsys.readouterr().out
 
 
 def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):

@@ -106,7 +106,10 @@ def test_a_folder_is_read_without_unpickling(workdir, char_ckpt, monkeypatch):
     assert model.config.vocab_size == 65
 
 
-def test_the_card_quotes_the_jsons_and_says_what_trained_it(workdir, char_ckpt):
+@pytest.fixture(scope='module')
+def result_files(workdir):
+    """ppl.json, gen.json and harness.json in workdir: results as eval_ppl.py, gen_ppl.py and lm_eval_ao.py write
+    them."""
     (workdir / 'ppl.json').write_text(json.dumps({'results': {'shakespeare_char': {
         'chunks': 7, 'ppl': {'l2r': 7.5261, '1': 9.0001, '8': 8.98503}}}}))
     (workdir / 'gen.json').write_text(json.dumps({'results': [
@@ -114,6 +117,10 @@ def test_the_card_quotes_the_jsons_and_says_what_trained_it(workdir, char_ckpt):
         {'steps': None, 'temperature': 1.0, 'top_p': 1.0, 'gen_ppl': 31.88, 'entropy': 2.898, 'n': 32}]}))
     (workdir / 'harness.json').write_text(json.dumps({'results': {'lambada_openai_local': {
         'alias': 'lambada_openai_local', 'acc,none': 0.25, 'acc_stderr,none': 0.0123, 'perplexity,none': 40.56789}}}))
+    return workdir
+
+
+def test_the_card_quotes_the_jsons_and_says_what_trained_it(workdir, char_ckpt, result_files):
     export(workdir, f'--out_dir={char_ckpt}', '--out=card-folder', '--eval_json=ppl.json', '--gen_json=gen.json',
            '--harness_json=harness.json', '--license=mit')
     card = (workdir / 'card-folder' / 'README.md').read_text()
@@ -126,14 +133,8 @@ def test_the_card_quotes_the_jsons_and_says_what_trained_it(workdir, char_ckpt):
     assert 'out_dir' not in card and str(workdir) not in card  # nothing of the machine it ran on
 
 
-@pytest.mark.parametrize('setup,args,parts', [
-    ('no_config', [], ('is a folder without a config.json', 'ckpt.pt')),
-    ('foreign', [], ("is not an AO-GPT model folder's", "format 'other'", 'export.py')),
-    ('not_json', [], ('config.json cannot be read as JSON',)),
-    ('no_weights', [], ('holds no model.safetensors',)),
-    ('other_size', [], ('model.safetensors does not fit', 'config.json')),
-])
-def test_a_bad_folder_is_one_line(workdir, char_ckpt, setup, args, parts):
+def bad_folder(workdir, char_ckpt, setup):
+    """The name of a model folder of char_ckpt's, broken as setup says (see test_a_bad_folder_is_one_line)."""
     folder = workdir / f'bad-{setup}'
     export(workdir, f'--out_dir={char_ckpt}', f'--out={folder.name}')
     config = json.loads((folder / 'config.json').read_text())
@@ -145,10 +146,35 @@ def test_a_bad_folder_is_one_line(workdir, char_ckpt, setup, args, parts):
         (folder / 'config.json').write_text('{"format": ')
     elif setup == 'no_weights':
         (folder / 'model.safetensors').unlink()
+    elif setup == 'short_vocab':  # fewer characters than ids: its text could not be decoded
+        (folder / 'config.json').write_text(json.dumps(config | {'vocab': config['vocab'][:40]}))
     else:  # a config of another size than its weights
         config['model_args']['n_layer'] += 1
         (folder / 'config.json').write_text(json.dumps(config))
-    says(one_line_error('sample.py', f'--init_from={folder.name}', '--device=cpu', *args, cwd=workdir), *parts)
+    return folder.name
+
+
+BAD_FOLDERS = {'no_config': ('is a folder without a config.json', 'ckpt.pt'),
+               'foreign': ("is not an AO-GPT model folder's", "format 'other'", 'export.py'),
+               'not_json': ('config.json cannot be read as JSON',),
+               'no_weights': ('holds no model.safetensors',),
+               'short_vocab': ("config.json's vocab is 40 characters", 'vocab_size=65', 'export the model again'),
+               'other_size': ('model.safetensors does not fit', 'config.json')}
+
+
+@pytest.mark.parametrize('setup', BAD_FOLDERS)
+def test_a_bad_folder_is_one_line(workdir, char_ckpt, setup):
+    folder = bad_folder(workdir, char_ckpt, setup)
+    says(one_line_error('sample.py', f'--init_from={folder}', '--device=cpu', cwd=workdir), *BAD_FOLDERS[setup])
+
+
+@pytest.mark.parametrize('setup', ['no_config', 'foreign', 'not_json'])  # none is a Hugging Face model's folder
+@pytest.mark.parametrize('script,args', [('eval_ppl.py', ['--init_from={}']),
+                                         ('gen_ppl.py', ['--out_dir=out-char', '--num_samples=1', '--scorer={}'])])
+def test_a_bad_folder_is_the_same_line_where_a_hugging_face_model_is_taken(workdir, char_ckpt, setup, script, args):
+    folder = bad_folder(workdir, char_ckpt, setup)
+    message = one_line_error(script, '--device=cpu', *(a.format(folder) for a in args), cwd=workdir)
+    says(message, *BAD_FOLDERS[setup])
 
 
 def test_bad_export_settings_are_one_line(workdir, char_ckpt):
@@ -157,10 +183,32 @@ def test_bad_export_settings_are_one_line(workdir, char_ckpt):
     for args, parts in [([], ('--out names the model folder',)),
                         (['--out=occupied'], ('--out=occupied exists and is not a model folder',)),
                         (['--out=x', '--eval_json=none.json'], ('--eval_json=none.json', 'no such file')),
-                        (['--out=x', '--push=just-a-name'], ('--push=just-a-name', 'owner/repo'))]:
+                        (['--out=x', '--push=just-a-name'], ('--push=just-a-name', 'owner/repo')),
+                        (['--out=x', '--push=owner/bad name'], ('--push=owner/bad name', 'owner/repo', 'letters')),
+                        (['--out=x', '--license=mit\nfoo'], ('--license', 'a Hub license id', "'mit\\nfoo'")),
+                        (['--out=occupied/notes.txt/x'], ('--out=occupied/notes.txt/x', 'cannot be created or written',
+                                                          'pick a folder'))]:
         says(one_line_error('export.py', f'--out_dir={char_ckpt}', *args, cwd=workdir), *parts)
-    assert (workdir / 'occupied' / 'notes.txt').read_text() == 'mine'
+    assert (workdir / 'occupied' / 'notes.txt').read_text() == 'mine' and not (workdir / 'x').exists()
     # offline, a push fails in one line after the folder is written
     says(one_line_error('export.py', f'--out_dir={char_ckpt}', '--out=pushed', '--push=owner/repo', cwd=workdir),
          'could not push pushed', 'owner/repo', 'can be pushed again')
     assert (workdir / 'pushed' / 'model.safetensors').is_file()
+
+
+@pytest.mark.parametrize('key,given,parts', [
+    ('eval_json', 'gen.json', ("gen.json holds gen_ppl.py's results, not eval_ppl.py's", 'give it as --gen_json')),
+    ('harness_json', 'ppl.json', ("ppl.json holds eval_ppl.py's results, not lm_eval_ao.py's", '--eval_json')),
+    ('gen_json', 'harness.json', ("harness.json holds lm_eval_ao.py's results", '--harness_json')),
+])
+def test_results_of_another_script_are_one_line_before_the_work(workdir, char_ckpt, result_files, key, given, parts):
+    says(one_line_error('export.py', '--out_dir=missing', '--out=x', f'--{key}={given}', cwd=workdir), *parts)
+
+
+def test_a_folder_exported_again_keeps_its_training_record(workdir, char_ckpt):
+    export(workdir, f'--out_dir={char_ckpt}', '--out=first-folder')
+    export(workdir, '--init_from=first-folder', '--out=again-folder')
+    config = lambda name: json.loads((workdir / name / 'config.json').read_text())
+    first, again = config('first-folder'), config('again-folder')
+    assert again == first and first['trained']['iterations'] == 30 and first['trained']['config']
+    assert '30 iterations' in (workdir / 'again-folder' / 'README.md').read_text()

@@ -58,7 +58,8 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
             assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n']
         for name in finding['figures']:
             assert f'![{name}]({name})' in md
-    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 2]  # length: a claim a block
+    # length: against the encoder at each block, and at the longer one each variant against the encoder and rotary
+    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 6]
     timing = {c['claim']: c['numbers']['effect [95% interval] (n)'] for c in results['findings'][5]['claims']}
     assert [i['n'] for c, i in timing.items() if 'generates faster' in c or 'grows with the sequence' in c] == \
         ['2 timing repeats'] * 2
@@ -135,15 +136,41 @@ def test_runs_with_the_flags_of_another_are_trained_once():
         {f'mixed-long-{pe}-s{s}' for pe in ('learned', 'rotary') for s in (1337, 1)}  # no seeds of the kind
     chosen = {'mixed': (point, None, None), 'encoder': (point, None, None), 'l2r': (point | dict(learning_rate=3e-3),
                                                                                 None, None)}
-    runs = findings.seed_runs(p, ['long', 'length'], seeds, chosen, sweep)
+    block_sweep = findings.block_sweep_runs(p, chosen)  # 2 blocks x (AO-GPT's 3 query settings, the encoder) x 2 rates
+    assert len(block_sweep) == 16 and not any('l2r' in name for name in block_sweep)
+    at_blocks = {(label, block): entry[1] for block, _ in p['lengths']
+                 for label, entry in findings.length_entries(chosen, block, 64).items()}
+    runs = findings.seed_runs(p, ['long', 'length'], seeds, chosen, sweep | block_sweep, at_blocks)
     # finding length: the base block's runs are the kinds' seeds, block 256's AO-GPT runs are finding long's rotary
     assert runs['encoder-block64-s1'] == 'encoder-s1' and runs['mixed-block256-s1'] == 'mixed-long-rotary-s1'
+    # a longer block's first seed is its sweep's run at the chosen rate; the query-only variants there only
+    assert runs['mixed-rotary_half_heads-block1024-s1337'] == 'sweep-mixed-lr0.01-gate1-rotary_half_heads-block1024'
+    half = point | dict(position_encoding='rotary_half_heads')
+    assert runs['mixed-rotary_half_heads-block1024-s1'] == findings.run_flags(p, 'mixed', half, 1) | dict(
+        block_size=1024, batch_size=1)
+    assert not any(name.startswith('mixed-rotary_') and 'block64' in name for name in runs)
     assert runs['l2r-block1024-s1337'] == findings.run_flags(p, 'l2r', chosen['l2r'][0], 1337) | dict(
         block_size=1024, batch_size=1)
     assert not any(name.startswith(('mixed-block', 'encoder-block', 'l2r-block')) and name.endswith('-s2')
                    for name in runs)  # two seeds
     assert findings.same_runs({'a': dict(x=1), 'b': dict(x=1), 'c': dict(x=2)}, {'s': dict(x=2)}) == \
         {'a': dict(x=1), 'b': 'a', 'c': 's'}
+
+
+def test_a_longer_block_takes_the_rate_whose_run_ends_lowest_in_the_kinds_own_objective(tmp_path):
+    import findings
+    p = findings.PRESETS['cpu']
+    point = dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
+    chosen = {kind: (point, None, None) for kind in ('mixed', 'encoder', 'l2r')}
+    for name, flags in findings.block_sweep_runs(p, chosen).items():  # the low rate wins for the encoder only
+        low = flags['learning_rate'] == 0.003
+        loss = 2.0 + (-0.1 if low else 0.1) * (1 if flags.get('architecture') == 'encoder' else -1)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'metrics.jsonl').write_text(json.dumps(dict(iter=2000, val_ao=loss, val_l2r=9.0)) + '\n')
+    picked = findings.choose_at_blocks(p, chosen, str(tmp_path))
+    assert picked['encoder', 1024]['learning_rate'] == 0.003 and picked['encoder', 256]['learning_rate'] == 0.003
+    assert picked['mixed-rotary_upper_layers', 1024] == point | dict(position_encoding='rotary_upper_layers')
+    assert picked['mixed', 64] == point and picked['l2r', 1024] == point  # the base block, and l2r: the sweep's choice
 
 
 def test_the_plateau_is_left_at_the_first_evaluation_a_tenth_of_a_nat_below_the_unigram_entropy():

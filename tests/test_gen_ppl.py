@@ -209,9 +209,11 @@ def sample_files(workdir):
     (['--sample_dtype=float16'], ('--sample_dtype', 'float64, float32', "got 'float16'")),
     (['--start=ROMEO:', '--infill=JULIET: [MASK:5]'], ('--start', '--infill', 'both give the prompt')),
     (['--scorer=sized.pt'], ('65-character', 'scorer sized.pt', 'reads the ids of a 96-token')),
+    (['--scorer={out_dir}'], ('{out_dir} is a folder without a config.json', '{out_dir}/ckpt.pt')),  # a run folder
 ])
 def test_bad_input_is_one_line(sample_files, char_ckpt, tiny_gpt2, args, parts):
-    args = [a.format(gpt2=tiny_gpt2) for a in args]
+    names = dict(gpt2=tiny_gpt2, out_dir=char_ckpt)
+    args = [a.format(**names) for a in args]
     error = one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--device=cpu',
                            *args, cwd=sample_files)
-    says(error, *(part.format(gpt2=tiny_gpt2) for part in parts))
+    says(error, *(part.format(**names) for part in parts))

@@ -82,6 +82,11 @@ def greedy_tokens(model, ids, n):
     return x[len(ids):]
 
 
+def rolling_windows(lm, tokens):
+    """The harness's rolling windows of tokens in lm's block."""
+    return harness.rolling_windows(tokens, lm.tokenizer.block_size)
+
+
 def lm_eval_pair(encode, context, continuation):
     """lm-eval's own split of a pair into tokens (TemplateLM._encode_pair of a causal model); an empty context is its
     prefix token, which our start slot stands for."""
@@ -92,8 +97,8 @@ def lm_eval_pair(encode, context, continuation):
 
 def scored_tokens(lm, context, continuation):
     """The pair's tokens as lm-eval splits them, cut to the block, and how many are scored."""
-    context, continuation = lm_eval_pair(lm.encode, context, continuation)
-    return (context + continuation)[-lm.block_size:], len(continuation)
+    context, continuation = lm_eval_pair(lm.tokenizer.encode, context, continuation)
+    return (context + continuation)[-lm.tokenizer.block_size:], len(continuation)
 
 
 # -----------------------------------------------------------------------------
@@ -103,25 +108,26 @@ def scored_tokens(lm, context, continuation):
                                         dict(ensemble=4, max_tokens=300)])
 def test_loglikelihood_equals_full_forwards(workdir, char_ckpt, model_args):
     lm = make_lm(workdir, char_ckpt, **model_args)
-    rng = random.Random(0)
-    letters = [c for c in lm.vocab if c.isalpha()]
-    pairs = [(random_text(rng, lm.vocab, 0, 50), random_text(rng, lm.vocab, 1, 6)) for _ in range(10)]
+    tokenizer, rng = lm.tokenizer, random.Random(0)
+    letters = [c for c in tokenizer.vocab if c.isalpha()]
+    pairs = [(random_text(rng, tokenizer.vocab, 0, 50), random_text(rng, tokenizer.vocab, 1, 6)) for _ in range(10)]
     pairs += [('ROMEO: my lord ', 'and'), ('', 'KING')]  # trailing spaces go to the continuation; an empty context
     for _ in range(3):  # continuations the model would write itself, from the context the block keeps
         context = random_text(rng, letters, 5, 40)
-        pairs.append((context, lm.decode(greedy_tokens(lm.model, lm.encode(context)[-(lm.block_size - 3):], 3))))
+        prompt = tokenizer.encode(context)[-(tokenizer.block_size - 3):]
+        pairs.append((context, tokenizer.decode(greedy_tokens(lm.model, prompt, 3))))
     results = lm.loglikelihood(requests('loglikelihood', *pairs))
     expected = []
     for pair in pairs:
         x, n = scored_tokens(lm, *pair)
         logp, greedy = direct(lm.model, x, n)
-        if lm.ensemble > 1:
-            logp = direct_mixture(lm.model, x, n, lm.ensemble, harness.content_seed(SEED, x))
+        if lm.scorer.ensemble > 1:
+            logp = direct_mixture(lm.model, x, n, lm.scorer.ensemble, harness.content_seed(SEED, x))
         expected.append((logp, greedy))
     for (logp, greedy), (want, want_greedy) in zip(results, expected):
         assert logp == pytest.approx(want, abs=1e-4) and greedy == want_greedy
     assert [greedy for _, greedy in results[-3:]] == [True] * 3 and not all(greedy for _, greedy in results)
-    if lm.ensemble > 1:  # the members do differ from the left-to-right reading
+    if lm.scorer.ensemble > 1:  # the members do differ from the left-to-right reading
         assert any(abs(want - direct(lm.model, *scored_tokens(lm, *pair))[0]) > 1e-3 for (want, _), pair in
                    zip(expected, pairs))
 
@@ -131,8 +137,8 @@ def test_loglikelihood_equals_full_forwards_for_each_position_encoding(workdir, 
     # batched and ensembled scoring (padded rows, few query slots) against full forwards, each position encoding
     lm = make_lm(workdir, char_ckpt_by_positions(positions), ensemble=3, max_tokens=200)
     assert lm.model.config.position_encoding == positions
-    rng = random.Random(1)
-    pairs = [(random_text(rng, lm.vocab, 0, 40), random_text(rng, lm.vocab, 1, 5)) for _ in range(6)]
+    rng, vocab = random.Random(1), lm.tokenizer.vocab
+    pairs = [(random_text(rng, vocab, 0, 40), random_text(rng, vocab, 1, 5)) for _ in range(6)]
     results = lm.loglikelihood(requests('loglikelihood', *pairs))
     for (logp, _), pair in zip(results, pairs):
         x, n = scored_tokens(lm, *pair)
@@ -169,7 +175,7 @@ def test_a_continuation_without_tokens_of_its_own_is_one_line(context, continuat
 
 def test_what_the_block_reads_decides_what_is_impossible(workdir, char_ckpt, caplog):
     lm = make_lm(workdir, char_ckpt)
-    long = random_text(random.Random(5), lm.vocab, lm.block_size + 1, lm.block_size + 1)
+    long = random_text(random.Random(5), lm.tokenizer.vocab, lm.tokenizer.block_size + 1, lm.tokenizer.block_size + 1)
     far = '€' + 'ROMEO: ' * 6  # the character outside the vocabulary falls before the block
     pairs = [('ROMEO', long), (far, 'my'), ('ROMEO', ' my')]
     with caplog.at_level(logging.WARNING, logger='harness'):
@@ -178,19 +184,21 @@ def test_what_the_block_reads_decides_what_is_impossible(workdir, char_ckpt, cap
     for result, pair in zip(results[1:], [(far[1:], 'my'), pairs[2]]):  # the block reads no more of far
         assert result[0] == pytest.approx(direct(lm.model, *scored_tokens(lm, *pair))[0], abs=1e-4)
     [warning] = [r.getMessage() for r in caplog.records if r.name == 'harness']
-    says(warning, '1 of 3 continuations', f'longer than block_size {lm.block_size}', 'impossible')
+    says(warning, '1 of 3 continuations', f'longer than block_size {lm.tokenizer.block_size}', 'impossible')
 
 
 def test_rolling_windows_cover_each_token_once_within_the_block(workdir, char_ckpt):
     lm = make_lm(workdir, char_ckpt, max_tokens=500)
     tokens = list(range(100))
-    windows = lm.windows(tokens)
+    windows = rolling_windows(lm, tokens)
     assert sum((pred for _, pred in windows), []) == tokens and windows[0][0] == []
-    assert all(w == tokens[w[0]:w[0] + len(w)] and len(w) <= lm.block_size for w in (c + p for c, p in windows))
+    assert all(w == tokens[w[0]:w[0] + len(w)] and len(w) <= lm.tokenizer.block_size
+               for w in (c + p for c, p in windows))
     assert all(context for context, _ in windows[1:])  # every later window reads at least one token before it
-    text = random_text(random.Random(1), lm.vocab, 100, 100)
+    text = random_text(random.Random(1), lm.tokenizer.vocab, 100, 100)
     [logp] = lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))
-    want = sum(direct(lm.model, context + pred, len(pred))[0] for context, pred in lm.windows(lm.encode(text)))
+    want = sum(direct(lm.model, context + pred, len(pred))[0]
+               for context, pred in rolling_windows(lm, lm.tokenizer.encode(text)))
     assert logp == pytest.approx(want, abs=1e-4)
 
 
@@ -198,10 +206,12 @@ def test_rolling_windows_cover_each_token_once_within_the_block(workdir, char_ck
                                                    (dict(temperature=1.0), dict(do_sample=False))])
 def test_generate_until_stops_at_a_stop_string_and_max_gen_toks(workdir, char_ckpt, model_args, gen_kwargs):
     lm = make_lm(workdir, char_ckpt, **model_args)  # greedy, left to right: one answer to check against
-    short, long = 'ROMEO:\nWhat', random_text(random.Random(2), lm.vocab, 40, 40)
-    free = lm.decode(greedy_tokens(lm.model, lm.encode(short), 20))
+    tokenizer = lm.tokenizer
+    short, long = 'ROMEO:\nWhat', random_text(random.Random(2), tokenizer.vocab, 40, 40)
+    free = tokenizer.decode(greedy_tokens(lm.model, tokenizer.encode(short), 20))
     stop = free[4:6]
-    cut = lm.decode(greedy_tokens(lm.model, lm.encode(long)[-(lm.block_size - 6):], 6))  # the prompt keeps 32 - 6
+    prompt = tokenizer.encode(long)[-(tokenizer.block_size - 6):]  # the prompt keeps 32 - 6
+    cut = tokenizer.decode(greedy_tokens(lm.model, prompt, 6))
     out = lm.generate_until(requests('generate_until', (short, dict(until=[stop], max_gen_toks=20, **gen_kwargs)),
                                      (long, dict(until=[], max_gen_toks=6, **gen_kwargs)),
                                      (short, dict(until='\x00', max_gen_toks=20, **gen_kwargs))))
@@ -212,10 +222,11 @@ def test_generation_always_reads_the_prompt(workdir, char_ckpt, monkeypatch):
     lm = make_lm(workdir, char_ckpt)
     seen = []  # each generation's canvas and known positions
     monkeypatch.setattr(harness, 'generate', lambda model, x, known, *a, **k: seen.append((x.clone(), known)) or (x, 0))
-    new = lm.block_size - 1  # the most that leaves the prompt a token: its last
+    new = lm.tokenizer.block_size - 1  # the most that leaves the prompt a token: its last
     lm.generate_until(requests('generate_until', ('abc', dict(until=[], max_gen_toks=new))))
     [(x, known)] = seen
-    assert x.shape == (1, lm.block_size) and known.tolist() == [True] + [False] * new and x[0, 0] == lm.encode('c')[0]
+    assert x.shape == (1, lm.tokenizer.block_size) and known.tolist() == [True] + [False] * new
+    assert x[0, 0] == lm.tokenizer.encode('c')[0]
 
 
 @pytest.mark.parametrize('gen_kwargs,parts', [
@@ -224,6 +235,8 @@ def test_generation_always_reads_the_prompt(workdir, char_ckpt, monkeypatch):
     (dict(max_gen_toks=8, top_p=0), ('top_p in gen_kwargs must be in (0, 1]', 'got 0')),
     (dict(max_gen_toks=8, temperature=-1.0), ('temperature in gen_kwargs', '>= 0')),
     (dict(max_gen_toks=8, max_new_tokens=5), ('does not take the gen_kwargs max_new_tokens', 'max_gen_toks')),
+    (dict(max_gen_toks=0), ('max_gen_toks in gen_kwargs must be an int >= 1, got 0',)),  # not the default's 256
+    (dict(max_gen_toks=8, do_sample=True, temperature=0.0), ('do_sample=True with temperature 0', 'do_sample=False')),
 ])
 def test_bad_generation_settings_are_one_line(workdir, char_ckpt, gen_kwargs, parts):
     lm = make_lm(workdir, char_ckpt)
@@ -232,6 +245,17 @@ def test_bad_generation_settings_are_one_line(workdir, char_ckpt, gen_kwargs, pa
     message = str(e.value.code)
     assert message.startswith('error: ') and '\n' not in message
     says(message, *parts)
+
+
+@pytest.mark.parametrize('model_args,gen_kwargs,temperature', [
+    ({}, {}, 0.0), ({}, dict(do_sample=True), 1.0),  # as Hugging Face's generate samples when given no temperature
+    (dict(temperature=0.5), dict(do_sample=True), 0.5), ({}, dict(do_sample=True, temperature=0.7), 0.7),
+    (dict(temperature=0.5), dict(do_sample=False), 0.0),
+])
+def test_do_sample_samples(workdir, char_ckpt, model_args, gen_kwargs, temperature):
+    generator = make_lm(workdir, char_ckpt, **model_args).generator
+    _, _, sampling = generator.request_settings(dict(max_gen_toks=8, **gen_kwargs))
+    assert sampling.temperature == temperature
 
 
 def test_sampled_generation_is_seeded_per_request(workdir, char_ckpt):
@@ -260,13 +284,13 @@ def test_the_encoder_scores_left_to_right_exactly(workdir, mdm_ckpt):
         logp = F.log_softmax(model.forward_masked(z[None])[0, i].double(), -1)
         return logp[x[i]].item(), logp.argmax().item()
 
-    letters = [c for c in lm.vocab if c.isalpha()]
-    pairs = [(random_text(rng, letters, 0, 40), random_text(rng, lm.vocab, 1, 5)) for _ in range(5)]
-    context = lm.encode('ROMEO: my lord')
+    letters = [c for c in lm.tokenizer.vocab if c.isalpha()]
+    pairs = [(random_text(rng, letters, 0, 40), random_text(rng, lm.tokenizer.vocab, 1, 5)) for _ in range(5)]
+    context = lm.tokenizer.encode('ROMEO: my lord')
     canvas = context + [0] * 3  # the encoder's greedy continuation, decoded left to right on its own canvas
     for i in range(len(context), len(canvas)):
         canvas[i] = given_prefix(canvas, i)[1]
-    pairs.append(('ROMEO: my lord', lm.decode(canvas[len(context):])))
+    pairs.append(('ROMEO: my lord', lm.tokenizer.decode(canvas[len(context):])))
     results = lm.loglikelihood(requests('loglikelihood', *pairs))
     for (logp, greedy), pair in zip(results, pairs):
         x, n = scored_tokens(lm, *pair)
@@ -278,11 +302,11 @@ def test_the_encoder_scores_left_to_right_exactly(workdir, mdm_ckpt):
 
 def test_the_encoders_nelbo_only_by_name_and_as_a_bound(workdir, mdm_ckpt):
     lm = make_lm(workdir, mdm_ckpt, score='nelbo', mc_samples=4)
-    text = random_text(random.Random(4), lm.vocab, 70, 70)
+    text = random_text(random.Random(4), lm.tokenizer.vocab, 70, 70)
     [bound] = lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))
-    tokens = lm.encode(text)
-    chunks = [tokens[i:i + lm.block_size] for i in range(0, len(tokens), lm.block_size)]  # disjoint, no context
-    want = sum(-len(chunk) * nelbo_estimates(lm.model, torch.tensor([chunk]), 4, lm.max_tokens,
+    tokens, block_size = lm.tokenizer.encode(text), lm.tokenizer.block_size
+    chunks = [tokens[i:i + block_size] for i in range(0, len(tokens), block_size)]  # disjoint, no context
+    want = sum(-len(chunk) * nelbo_estimates(lm.model, torch.tensor([chunk]), 4, lm.scorer.max_tokens,
                                              harness.content_seed(SEED, chunk)).item() for chunk in chunks)
     assert bound == pytest.approx(want, rel=1e-5) and bound < 0
     with pytest.raises(SystemExit, match='score=nelbo bounds whole texts'):
@@ -338,7 +362,7 @@ def test_simple_evaluate_equals_the_direct_computation(workdir, bpe_ckpt):
     logp, words, size = 0.0, 0, 0
     for doc in utils.wikitext_pages()['test'].select(range(2)):  # the harness's windows of the same tokens
         logp += sum(direct(lm.model, context + pred, len(pred))[0]
-                    for context, pred in lm.windows(lm.encode(utils.wikitext_detokenizer(doc))))
+                    for context, pred in rolling_windows(lm, lm.tokenizer.encode(utils.wikitext_detokenizer(doc))))
         words, size = words + len(re.split(r'\s+', doc['page'])), size + len(doc['page'].encode())
     assert out['wikitext_local']['word_perplexity,none'] == pytest.approx(math.exp(-logp / words), rel=1e-4)
     assert out['wikitext_local']['byte_perplexity,none'] == pytest.approx(math.exp(-logp / size), rel=1e-4)
@@ -386,6 +410,7 @@ def test_the_script_runs_the_harness_offline(workdir, char_ckpt, tmp_path):
     ('checkpoint=out-char/ckpt.pt,dtype=float8', ['dtype', 'float32']),
     ('checkpoint=out-char/ckpt.pt,use_ema=perhaps', ['use_ema in model_args expects a bool', "'perhaps'"]),
     ('checkpoint=out-char/ckpt.pt,ensemble=-1', ['ensemble in model_args must be an int >= 1, got -1']),
+    ('checkpoint=out-char/ckpt.pt,order=random,speculate=auto,steps=4', ['steps=4 with speculate', 'drop steps']),
 ])
 def test_bad_model_args_are_one_line(workdir, char_ckpt, mdm_ckpt, model_args, parts):
     old = os.getcwd()
@@ -407,6 +432,14 @@ def test_model_args_text_is_read_as_sample_py_reads_flags(workdir, char_ckpt):
     for text, want in (('no', raw), ('false', raw), ('0', raw), ('yes', ema), ('True', ema)):
         args = f'checkpoint={workdir / char_ckpt / "ckpt.pt"},use_ema={text}'
         assert torch.equal(first(harness.AOGPTLM.create_from_arg_string(args, {'device': 'cpu'})), want), text
+
+
+def test_speculate_auto_in_model_args_as_in_sample_py(workdir, char_ckpt):
+    from engine import auto_k
+    args = f'checkpoint={workdir / char_ckpt / "ckpt.pt"},order=random,speculate='
+    lm = harness.AOGPTLM.create_from_arg_string(args + 'auto', {'device': 'cpu'})
+    assert lm.generator.speculate == auto_k(lm.model, 'random', 1) > 0  # one request at a time
+    assert harness.AOGPTLM.create_from_arg_string(args + '3', {'device': 'cpu'}).generator.speculate == 3
 
 
 def test_an_unknown_task_is_one_line(workdir, char_ckpt):

@@ -195,6 +195,7 @@ EVAL = [
     (['--device=cuda'], ('--device=cuda', '0 CUDA device(s)')),
     (['--out_dir=missing'], ('no checkpoint at missing/ckpt.pt',)),
     (['--init_from=bad/truncated.pt'], ('is not a readable checkpoint',)),
+    (['--init_from=out-char'], ('out-char is a folder without a config.json', 'out-char/ckpt.pt')),  # a run folder
     (['--out_json=nowhere/ppl.json'], ('--out_json=nowhere/ppl.json', 'folder does not exist')),
     (['--data_file=nope.txt'], ('nope.txt not found',)),
     (['--data_file=bad/table.csv'], ('--data_file', '.txt, .jsonl or .bin')),
@@ -253,6 +254,9 @@ BENCH = [
     (['--run=step', '--step_batches=1,x'], ('--step_batches', 'comma list of ints', "'x'")),
     (['--run=step', '--step_tokens=0'], ('--step_tokens', 'at least 1')),
     (['--run=step', '--sync_check=True'], ('--sync_check', 'needs --device=cuda')),
+    # ², a digit to str.isdigit that int() refuses
+    (['--run=speculate', '--speculate_k=\u00b2'], ('--speculate_k', "'auto'", "got '\u00b2'")),
+    (['--sample_steps=\u00b2'], ('--sample_steps', 'from 1 to sample_block_size')),
 ]
 
 

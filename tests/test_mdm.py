@@ -186,8 +186,11 @@ def test_state_dicts_and_old_checkpoints(tmp_path):
 
 
 @pytest.mark.parametrize('args,parts', [
-    (dict(position_encoding='alibi'), ["('learned', 'rotary', 'rotary_plain')", "'alibi'"]),
-    (dict(position_encoding='rotary_plain'), ["'rotary_plain'", "decoders' ablation", "use 'rotary'"]),
+    (dict(position_encoding='alibi'), ["('learned', 'rotary', 'rotary_plain', 'rotary_half_heads'", "'alibi'"]),
+    (dict(position_encoding='rotary_plain'), ["'rotary_plain'", "for the decoders", "use 'rotary'"]),
+    (dict(position_encoding='rotary_half_heads'), ["'rotary_half_heads'", "for the decoders", "use 'rotary'"]),
+    (dict(position_encoding='rotary_half_heads', n_head=1, architecture='decoder'), ['n_head', '2 or more', 'got 1']),
+    (dict(position_encoding='rotary_upper_layers', n_layer=1, architecture='decoder'), ['n_layer', '2 or more', 'got 1']),
     (dict(position_encoding='rotary_plain', n_embd=12, n_head=4, architecture='decoder'), ['head size', '(3)']),
     (dict(position_encoding='rotary', n_embd=12, n_head=4), ['head size', '(3)', 'even']),
 ])
@@ -231,7 +234,7 @@ def test_train_rotary_encoder_and_resume_exactly(workdir):
 
 
 @pytest.mark.parametrize('args,parts', [
-    (['--architecture=encoder', '--position_encoding=rotary_plain'], ['rotary_plain', "decoders' ablation"]),
+    (['--architecture=encoder', '--position_encoding=rotary_plain'], ['rotary_plain', 'for the decoders']),
     (['--position_encoding=rotary', '--n_embd=30'], ['head size', '(15)', 'even']),  # a decoder
     (['--architecture=encoder', '--position_encoding=alibi'], ['--position_encoding', 'learned, rotary']),
     (['--architecture=encoder', '--position_encoding=rotary', '--n_embd=30'], ['head size', '(15)', 'even']),

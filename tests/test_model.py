@@ -50,14 +50,17 @@ def slow_forward(model, x, order):
     blocks, or sigma-GPT's plain LayerNorm blocks on an input that carries the target embedding; positions
     added from the learned table, or each key turned by explicit 2x2 rotations at its slot's position (the
     start slot: -1) and each query at the position its slot predicts (rotary; none: -1) or at its own
-    (rotary_plain)."""
+    (rotary_plain); rotary_half_heads: head 0 of each layer at the target, the others at their own;
+    rotary_upper_layers: the first half of the layers at their own, the rest at the target."""
     cfg, p = model.config, model.state_dict()  # the state dict names a tied head under both names
     T, C, nh = x.numel(), cfg.n_embd, cfg.n_head
     hs = C // nh
     adaln = cfg.target_injection == 'adaln'
     own = [-1] + order.tolist()  # each slot's position, and the position it predicts
     predicts = order.tolist() + [-1]
-    query_at = predicts if cfg.position_encoding == 'rotary' else own
+    pe = cfg.position_encoding
+    at_target = lambda layer, head: (pe == 'rotary' or (pe == 'rotary_half_heads' and head < nh // 2)
+                                     or (pe == 'rotary_upper_layers' and layer >= cfg.n_layer // 2))
     learned = cfg.position_encoding == 'learned'
     rms = lambda v, w: v / torch.sqrt((v * v).mean(-1, keepdim=True) + 1e-5) * w
     centred = lambda v: v - v.mean(-1, keepdim=True)
@@ -84,6 +87,7 @@ def slow_forward(model, x, order):
             k = qk_norm(qkv[:, C + head * hs:C + (head + 1) * hs], 'k_norm')
             v = qkv[:, 2 * C + head * hs:2 * C + (head + 1) * hs]
             if not learned:
+                query_at = predicts if at_target(layer, head) else own
                 q = torch.stack([rotate(q[i], query_at[i]) for i in range(T + 1)])
                 k = torch.stack([rotate(k[i], own[i]) for i in range(T + 1)])
             for i in range(T + 1):

@@ -1,7 +1,11 @@
-"""train.py end to end on the CPU: loss falls, exact resume, DDP with gloo, NaN safety, bad input."""
+"""train.py end to end on the CPU: loss falls, exact resume, preemption, DDP with gloo, NaN safety, bad input."""
 import json
 import math
 import os
+import re
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -62,6 +66,79 @@ def test_resume_is_exact(workdir, order):
     if order == 'block_random':
         assert torch.equal(a['fixed_order'], b['fixed_order'])
     assert [r['iter'] for r in metrics(workdir, f'halves-{order}')] == [0, 10, 20]  # each evaluation once
+
+
+def same_run(a, b):
+    """Assert that two runs' checkpoints hold the same weights, EMA and optimizer state, and that their
+    metrics.jsonl hold the same losses at the same iterations (times aside)."""
+    ca, cb = stored_checkpoint(*a), stored_checkpoint(*b)
+    assert ca['iter_num'] == cb['iter_num'] and ca['ema_updates'] == cb['ema_updates']
+    for part in ('model', 'ema'):
+        for name, tensor in ca[part].items():
+            assert torch.equal(tensor, cb[part][name]), f'{part} {name}'
+    for name, state in ca['optimizer']['state'].items():
+        assert torch.equal(state['exp_avg_sq'], cb['optimizer']['state'][name]['exp_avg_sq'])
+    losses = lambda run: [{k: v for k, v in r.items() if k not in ('elapsed', 'tokens_per_sec')} for r in metrics(*run)]
+    assert losses(a) == losses(b)
+
+
+def stop_at(workdir, out_dir, iteration, signals, *args, nproc=None):
+    """Start train.py --init_from=auto (torchrun with nproc) and send `signals` (to torchrun, which passes them on)
+    once it logs `iteration`; return (exit code, the iteration it stopped at, stdout). The run goes on while the
+    signal travels, so it stops at `iteration` or a little after."""
+    path = os.path.join(ROOT, 'train.py')
+    launcher = [] if nproc is None else ['-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}']
+    run = subprocess.Popen([sys.executable, *launcher, path, *TINY, f'--out_dir={out_dir}', '--init_from=auto', *args],
+                           cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           env=os.environ | {'PYTHONUNBUFFERED': '1'})  # each line as it is printed
+    out = ''
+    for line in run.stdout:
+        out += line
+        if line.startswith(f'iter {iteration}: loss'):
+            for sig in signals:
+                run.send_signal(sig)
+            break
+    out += run.stdout.read()
+    stopped = re.search(r'stopped by \S+ at iter (\d+)', out)
+    return run.wait(timeout=300), int(stopped.group(1)) if stopped else None, out
+
+
+PREEMPTIBLE = ['--max_iters=300', '--eval_interval=100', '--lr_decay_iters=300', '--log_interval=1', '--dropout=0.1']
+
+
+def test_a_signal_saves_and_auto_goes_on_to_the_same_run(workdir):
+    train(workdir, 'out-straight', *PREEMPTIBLE)
+    code, first, out = stop_at(workdir, 'out-preempted', 13, [signal.SIGUSR1], *PREEMPTIBLE)  # between evaluations
+    assert code == 75 and f'stopped by SIGUSR1 at iter {first}' in out and '--init_from=auto' in out
+    assert 13 <= first < 300 and stored_checkpoint(workdir, 'out-preempted')['iter_num'] == first
+    code, second, out = stop_at(workdir, 'out-preempted', max(first + 20, 120), [signal.SIGTERM] * 2,  # one in the save
+                                *PREEMPTIBLE)
+    assert code == 75 and second < 300 and stored_checkpoint(workdir, 'out-preempted')['iter_num'] == second
+    evaluated = [r['iter'] for r in metrics(workdir, 'out-preempted')]
+    assert evaluated == list(range(0, second + 1, 100))  # each evaluation once
+    train(workdir, 'out-preempted', *PREEMPTIBLE, '--init_from=auto')
+    same_run((workdir, 'out-straight'), (workdir, 'out-preempted'))
+    assert not list((workdir / 'out-preempted').glob('*.tmp'))
+
+
+@pytest.mark.slow
+def test_torchrun_stops_every_process_and_auto_goes_on(workdir):
+    ddp = ['--gradient_accumulation_steps=2', *PREEMPTIBLE]
+    run_script('train.py', *TINY, '--out_dir=out-ddp-straight', *ddp, cwd=workdir, nproc=2)
+    _, stopped, out = stop_at(workdir, 'out-ddp-preempted', 13, [signal.SIGTERM], *ddp, nproc=2)
+    assert stopped and stored_checkpoint(workdir, 'out-ddp-preempted')['iter_num'] == stopped < 300
+    run_script('train.py', *TINY, '--out_dir=out-ddp-preempted', *ddp, '--init_from=auto', cwd=workdir, nproc=2)
+    same_run((workdir, 'out-ddp-straight'), (workdir, 'out-ddp-preempted'))
+
+
+def test_auto_starts_a_run_then_goes_on_only_with_its_settings(workdir):
+    train(workdir, 'out-auto', '--max_iters=10', '--eval_interval=10', '--init_from=auto')  # nothing there: scratch
+    assert stored_checkpoint(workdir, 'out-auto')['iter_num'] == 10
+    out = train(workdir, 'out-auto', '--max_iters=10', '--eval_interval=10', '--init_from=auto')  # done: nothing to do
+    assert stored_checkpoint(workdir, 'out-auto')['iter_num'] == 10 and 'saved checkpoint' not in out.stdout
+    says(one_line_error('train.py', *TINY, '--out_dir=out-auto', '--max_iters=10', '--eval_interval=10',
+                        '--learning_rate=0.1', '--init_from=auto', cwd=workdir),
+         '--init_from=auto', 'out-auto/ckpt.pt', 'learning_rate=0.0006, now 0.1', '--init_from=resume', 'new out_dir')
 
 
 def test_encoder_trains_on_its_nelbo(workdir):

@@ -1,0 +1,165 @@
+"""
+What findings.py runs and claims, as data: the findings and their titles, the kinds of model they compare,
+the presets (model, data, sweep grid, seeds, sizes) and the text of every claim, with the thresholds the
+claims quote. findings.py plans the runs, measures and judges; the words it judges are here.
+"""
+import os
+from dataclasses import dataclass
+
+SEEDS = (1337, 1, 2, 3, 4)  # train.py's default first, then the README's other quick-start seeds
+FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1)',
+            '2': 'Language has a left-to-right bias (Fig. 2a)',
+            '3': 'A little left-to-right goes a long way (Fig. 2b)',
+            '4': 'Context-order ensembles lower the perplexity, towards the encoder (Figs. 3, 5)',
+            '6': 'Generation: time and sample quality (Fig. 4, Table 2)',
+            '8': 'AdaLN against additive injection; EMA against raw weights',
+            'plateau': "(Ours) Queries at the target position remove AO-GPT's plateau",
+            'long': '(Ours) Queries at the target position at longer blocks',
+            'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow'}
+ALIASES = {'5': '4', '7': '6'}
+MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
+FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
+STUCK = 0.05  # nats: a final loss this close to the unigram entropy (or above) means the run did not learn
+SAME = 0.1  # nats: "comparable" sample quality, log gen PPLs within 10%
+PLATEAU = 0.1  # nats: a run has left the plateau at the first evaluation this far below the unigram entropy
+POSITIONS = ('learned', 'rotary', 'rotary_plain')  # the plateau finding's settings (model.py)
+LONG_POSITIONS = ('learned', 'rotary')
+# finding length: AO-GPT's query settings at the longer blocks ('rotary' and our query-only variants, model.py)
+QUERY_POSITIONS = ('rotary', 'rotary_half_heads', 'rotary_upper_layers')
+
+
+@dataclass
+class Kind:
+    """A kind of model the findings compare: its train.py flags and the objective it is chosen by
+    (weights of metrics.jsonl's losses: the mix it trains on)."""
+    label: str
+    flags: dict
+    objective: dict
+    adaln: bool = True  # it has adaLN gates, so the sweep tries gate_init
+
+
+KINDS = {
+    'l2r': Kind('left-to-right GPT', dict(order='l2r'), {'val_l2r': 1.0}),
+    'mixed': Kind('AO-GPT, 10% left to right', MIX, {'val_ao': 0.9, 'val_l2r': 0.1}),
+    'random': Kind('AO-GPT, random orders only (NoCL)', dict(order='random'), {'val_ao': 1.0}),
+    'sigma': Kind('sigma-GPT, 10% left to right', MIX | dict(target_injection='add'), {'val_ao': 0.9, 'val_l2r': 0.1},
+                  adaln=False),
+    'encoder': Kind('encoder MDM', dict(architecture='encoder'), {'val_ao': 1.0}),
+}
+FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
+                 '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
+                 'length': ['mixed', 'encoder', 'l2r']}
+NEEDS = {'long': 'long', 'length': 'lengths'}  # the findings a preset runs only if it has this entry
+
+PRESETS = {
+    # the quick start's model and data, 2,000 iterations a run; gate_init kept at the quick start's 1.0 so that
+    # the 45 runs and the evaluations fit about 2 hours on 2 cores
+    'cpu': dict(
+        config='config/train_shakespeare_char.py', dataset='shakespeare_char',
+        train=dict(max_iters=2000, lr_decay_iters=2000, eval_interval=250, log_interval=250),
+        grid=dict(learning_rate=(3e-3, 1e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
+        long=dict(block_size=256, batch_size=4),  # finding long: 4 x 256 tokens an iteration, as 16 x 64
+        # finding length: each block and its flags, the tokens of an iteration kept (the first: the preset's own runs)
+        lengths=((64, {}), (256, dict(block_size=256, batch_size=4)), (1024, dict(block_size=1024, batch_size=1))),
+        context=dict(chunks=16, per_share=2),  # finding length's losses by context: val chunks, the encoder's
+        # forwards per tenth of the block known
+        seeds=3, workers=2, threads=1,
+        fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
+        eval=dict(ensemble=16, max_chunks=100),
+        gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
+                 top_p_mode='authors', num_samples=32, batch_size=32),
+        scorer='l2r',  # the l2r kind's first run
+        timing=dict(steps=(4, 8, 16, 32, 64), lengths=(16, 32, 64), batch_size=16, repeats=5)),
+    # GPT-2 small's recipe, shortened: 2,000 iterations of 131,072 tokens (262M tokens a run)
+    'gpu': dict(
+        config='config/train_ao_gpt_small.py', dataset='openwebtext',
+        train=dict(max_iters=2000, lr_decay_iters=2000, warmup_iters=200, gradient_accumulation_steps=8,
+                   eval_interval=200, eval_iters=20, ema_decay=0.999),
+        grid=dict(learning_rate=(6e-4, 1.2e-3), gate_init=(0.0, 1.0), position_encoding=('learned', 'rotary')),
+        seeds=3, workers=1, threads=0,
+        fixed_orders=[dict(order_file=os.path.join('config', 'orders', f'authors_order{i}.txt')) for i in (1, 2, 3)],
+        eval=dict(ensemble=64, max_chunks=32),
+        gen=dict(steps='64,128,256,512,1024', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
+                 top_p_mode='authors', num_samples=64, batch_size=32),
+        scorer='gpt2-large',
+        timing=dict(steps=(64, 128, 256, 512, 1024), lengths=(128, 256, 512, 1024), batch_size=32, repeats=3)),
+    # everything end to end at toy size, for the tests
+    'smoke': dict(
+        config='config/train_shakespeare_char.py', dataset='shakespeare_char',
+        train=dict(n_layer=2, n_head=2, n_embd=32, cond_dim=16, block_size=32, batch_size=4, max_iters=30,
+                   lr_decay_iters=30, warmup_iters=5, eval_interval=10, eval_iters=2, log_interval=10, order_block=8),
+        grid=dict(learning_rate=(1e-2,), gate_init=(1.0,), position_encoding=('learned', 'rotary')),
+        long=dict(block_size=64, batch_size=2),
+        lengths=((32, {}), (64, dict(block_size=64, batch_size=2))),
+        context=dict(chunks=2, per_share=1),
+        seeds=2, workers=2, threads=1,
+        fixed_orders=[dict(seed=s) for s in (11, 12)],
+        eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
+        gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
+                 batch_size=4),
+        scorer='l2r',
+        timing=dict(steps=(4, 32), lengths=(8, 32), batch_size=2, repeats=2)),
+}
+
+
+# -----------------------------------------------------------------------------
+# the claims, as the results and the README print them; {names} are filled in by the finding that judges them
+AT_PLATEAU = ('Runs of the other settings that end at the unigram entropy are the plateau measured here, so they '
+              'are compared as they are; the claim is not judged only if a rotary run did not learn.')
+CLAIMS = {
+    '1': 'Trained on the same tokens, the any-order model ends with a higher loss in its own (random) orders than the '
+         'left-to-right model in its one order.',
+    '2 l2r': 'A model trained in the left-to-right order reaches a lower loss than models trained in fixed random '
+             'orders (the mean over those orders).',
+    '2 block': 'Block-wise random orders (left to right between blocks) are easier than fully random ones (the mean '
+               'over the fixed random orders).',
+    '3 l2r': 'Training 10% of the sequences left to right lowers the left-to-right loss below that of a model '
+             'trained in random orders only (NoCL).',
+    '3 ao': '... and lowers the any-order loss too (the paper: it improves both).',
+    '3 cost': "(Ours, weaker) ... the any-order loss is at least not worse than NoCL's by more than the floor "
+              '({floor} nats): holds if the interval of its excess lies below the floor.',
+    '4 ensemble': 'Averaging AO-GPT over context orders lowers its perplexity: ensemble={top} against ensemble=1, on '
+                  'the same chunks.',
+    '4 premise': "The paper's premise: with one order (ensemble=1) AO-GPT's perplexity is above the encoder's NELBO "
+                 'bound (effect: log AO-GPT ppl minus log bound, in nats).',
+    '6 time': 'With its KV cache AO-GPT generates faster than the encoder (a full forward per step) at one token per '
+              'step ({steps} steps, {block} tokens); the growth of each with the steps is in the numbers (effect: log '
+              "of the encoder's seconds over AO-GPT's, per timing repeat).",
+    '6 length': "At one token per step the encoder's time over AO-GPT's grows with the sequence length, from {short} "
+                "to {long} tokens (the paper's ~25x at 1,024 tokens is a statement about scaling; effect: the log "
+                'ratio at the longest length minus that at the shortest, per timing repeat).',
+    '6 steps': "More steps give better samples: AO-GPT's gen PPL at the fewest steps ({fewest}) is above that at the "
+               'most ({most}), temperature {temperature}, top_p {top_p} (effect in nats of per-sample log gen PPL).',
+    '6 encoder': "With temperature annealing (temperature {temperature}, top_p {top_p}) at {most} steps AO-GPT's "
+                 "samples are as good as the encoder's: their log gen PPLs (one scorer) differ by less than {same} "
+                 'nats (effect: AO-GPT minus encoder; holds if the interval lies within the tolerance, does not hold '
+                 'if wholly outside it).',
+    '8 adaln': "With EMA on both, AO-GPT's adaLN reaches a lower any-order loss than sigma-GPT's additive injection "
+               "(each with its own swept settings: position_encoding {ao!r} for AO-GPT, {sigma!r} for "
+               'sigma-GPT{differ}). Besides the injection the two recipes differ in their norms (RMSNorm / '
+               'LayerNorm), QK-norm (on / off), head (untied with a bias / tied to the embedding), dropout placement '
+               'and init (truncated normal / normal): model.RECIPES.',
+    '8 ema': "EMA lowers AO-GPT's any-order loss: the same runs' EMA weights against their raw weights, on the same "
+             'chunks and orders (eval_ppl.py, ensemble=1).',
+    'plateau learned': "(Ours) With queries at the target position ('rotary') AO-GPT (10% left to right, its swept "
+                       "learning rate and gate_init) ends with a lower any-order loss than with the authors' learned "
+                       "positions ('learned'), on the same tokens (effect: learned minus rotary, final EMA val "
+                       f'any-order loss, nats). {AT_PLATEAU}',
+    'plateau plain': "(Ours) It is the query at the target, not rotation as such: 'rotary' ends below 'rotary_plain' "
+                     "(each query at its own slot's position, as in a GPT) (effect: rotary_plain minus rotary, final "
+                     f'EMA val any-order loss, nats). {AT_PLATEAU}',
+    'long learned': '(Ours) At block {block} (batch {batch}: the tokens of an iteration as before) AO-GPT (10% left to '
+                    "right, its swept learning rate and gate_init) with queries at the target position ('rotary') "
+                    'ends with a lower any-order loss than with learned positions (effect: learned minus rotary, '
+                    f'final EMA val any-order loss, nats). {AT_PLATEAU}',
+    'long l2r': '(Ours) At block {block} (batch {batch}: the tokens of an iteration as before) ... and with a lower '
+                'left-to-right loss (effect: learned minus rotary, final EMA val left-to-right loss, nats). '
+                f'{AT_PLATEAU}',
+    'length encoder': "(Ours) At block {block} AO-GPT (10% left to right, its swept learning rate, position_encoding "
+                      "'{positions}') ends with an any-order loss below the encoder's NELBO (each with its swept "
+                      "settings{swept}, the same tokens; effect: the encoder's final EMA val NELBO minus AO-GPT's "
+                      'any-order loss, nats).',
+    'length variant': "(Ours) At block {block} AO-GPT with '{positions}' ends with a lower any-order loss than with "
+                      "'rotary' (each its own swept rate; effect: rotary minus the variant, final EMA val any-order "
+                      'loss, nats).',
+}
