@@ -36,6 +36,11 @@ if DATA_DIR:
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('HF_DATASETS_OFFLINE', '1')
 os.environ.setdefault('WANDB_MODE', 'offline')
+# pytest-xdist runs a worker per core (pytest.ini): each, and each script it starts, on one thread, since two
+# processes whose threads spin on the same cores run many times slower
+if 'PYTEST_XDIST_WORKER' in os.environ:
+    os.environ['OMP_NUM_THREADS'] = '1'
+    torch.set_num_threads(1)
 
 
 @pytest.hookimpl(tryfirst=True)
