@@ -270,10 +270,14 @@ def block_sweep_runs(p, chosen):
     """finding length, {name: flags}: at each block beyond the preset's own, the learning rate of AO-GPT's entries
     and the encoder's swept again over the grid's rates (their other settings as chosen), on the first seed."""
     base = p['lengths'][0][0]
-    return {point_name(kind, point | dict(learning_rate=lr)) + f'-block{block}':
+    return {block_point_name(kind, point | dict(learning_rate=lr), block):
             run_flags(p, kind, point | dict(learning_rate=lr), SEEDS[0]) | flags
             for block, flags in p['lengths'][1:] for kind, point in length_entries(chosen, block, base).values()
             if kind in BLOCK_SWEPT for lr in p['grid']['learning_rate']}
+
+
+def block_point_name(kind, point, block):
+    return f'{point_name(kind, point)}-block{block}'
 
 
 def choose_at_blocks(p, chosen, runs_dir):
@@ -284,7 +288,7 @@ def choose_at_blocks(p, chosen, runs_dir):
         for label, (kind, point) in length_entries(chosen, block, base).items():
             rates = p['grid']['learning_rate'] if block != base and kind in BLOCK_SWEPT else [point['learning_rate']]
             loss = lambda lr: own_loss(kind, read_metrics(os.path.join(
-                runs_dir, point_name(kind, point | dict(learning_rate=lr)) + f'-block{block}'))[-1])
+                runs_dir, block_point_name(kind, point | dict(learning_rate=lr), block)))[-1])
             picked[label, block] = point | dict(learning_rate=min(rates, key=loss) if len(rates) > 1 else rates[0])
     return picked
 

@@ -36,8 +36,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from benchmarks import load_tokens, paper_chunks
 from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
 from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, check_writable,
-                    dataset_vocab,
-                    default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb, read_checkpoint)
+                    dataset_vocab, default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb,
+                    read_checkpoint)
 from configurator import configure, setting_keys
 from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from training import ORDER_MODES, make_ema, make_fixed_order, training_inputs
