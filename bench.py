@@ -264,7 +264,7 @@ def bench_steps():
     rows = []
     for what, eager, n_tokens in models:
         compiled = copy.deepcopy(eager)
-        compile_decoding(compiled)
+        compile_decoding(compiled, dtype)
         T = eager.config.block_size
         n = min(step_tokens, T)
         for batch in parse_list('step_batches', step_batches, int, at_least(1)):
@@ -397,7 +397,7 @@ def bench_architectures():
     samplers = {name: build(T, **kind).eval() for name, kind in ARCHITECTURES.items()}
     if compile:
         for model in samplers.values():
-            compile_decoding(model)
+            compile_decoding(model, dtype)
     known = torch.zeros(T, dtype=torch.bool, device=device)
 
     def sample(model, n_steps):
@@ -441,7 +441,7 @@ def bench_speculation():
         models.insert(0, (checkpoint, *decoder_checkpoint()))
     for what, model, n_tokens in models:
         if compile:
-            compile_decoding(model)
+            compile_decoding(model, dtype)
         T = min(speculate_tokens, model.config.block_size)
         rows = []
         for top_p, order, batch in itertools.product(map(float, speculate_top_p.split(',')), ('random', 'l2r'),

@@ -144,7 +144,7 @@ def read_samples(path):
 def sample_grid(model, checkpoint, path, decode, ids, known, points):
     """Every grid point's samples as records, written to samples_out as they come."""
     if compile:
-        compile_decoding(model)
+        compile_decoding(model, dtype)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
                   confidence=confidence, speculate=speculate, sample_dtype=sample_dtype, seed=seed, dtype=dtype,
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size),

@@ -124,7 +124,7 @@ class AOGPTLM(LM):
         check_scoring(self.model, ensemble, score)
         speculate = generation_speculation(self.model, order, steps, speculate)
         if compile:  # the generation's steps (scoring runs eager: its shapes vary with every batch of requests)
-            compile_decoding(self.model)
+            compile_decoding(self.model, dtype)
         self._device, ctx = torch.device(device), autocast(device, dtype)  # _device: LM.device's
         self.tokenizer = Tokenizer.from_checkpoint(ckpt, self.model.config, path)
         self.scorer = Scorer(model=self.model, device=self._device, ctx=ctx, score=score, ensemble=ensemble, seed=seed,

@@ -61,7 +61,7 @@ def main():
     n_steps = check_steps(steps, known.count(False), order, speculate)
 
     if compile:
-        compile_decoding(model)
+        compile_decoding(model, dtype)
     generator = torch.Generator(device).manual_seed(seed)
     x = torch.tensor(ids, device=device).repeat(num_samples, 1)
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table

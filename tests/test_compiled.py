@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import TINY_BLOCK as T, tiny_mdm, tiny_model
-from engine import Sampling, Speculation, compile_decoding, generate
+from engine import Sampling, Speculation, compile_decoding, generate, store_linear_weights
 from test_sample import KNOWN, uncached_logits
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -155,3 +155,19 @@ def test_compiled_encoder_draws_the_eager_samples(fresh_dynamo, order):
     drawn = [generate(model, x.clone(), known, 5, order=order, generator=torch.Generator().manual_seed(3))[0]
              for model in (compiled, eager)]
     assert torch.equal(*drawn)
+
+
+@pytest.mark.parametrize('make', [tiny_model, lambda: tiny_model(target_injection='add'),
+                                  lambda: tiny_mdm(block_size=T, vocab_size=11)], ids=['ao-gpt', 'sigma-gpt', 'encoder'])
+def test_linear_weights_stored_in_bf16_give_autocasts_logits(make):
+    # what compile_decoding does on a GPU under bf16 autocast: the same logits as the float32 weights cast at every
+    # forward, and sigma-GPT's head, tied to the embedding, leaves the embedding in float32
+    model, stored = make(), make()
+    store_linear_weights(stored, torch.bfloat16)
+    assert stored.transformer.wte.weight.dtype == torch.float32
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    mask = torch.rand(3, T, generator=torch.Generator().manual_seed(1)) < 0.5
+    order = torch.randperm(T, generator=torch.Generator().manual_seed(2)).expand(3, T)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        logits = [m(x, mask, torch.ones(3, T))[0] if m.config.is_encoder else m(x, order)[0] for m in (model, stored)]
+    assert torch.equal(*logits)

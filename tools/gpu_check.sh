@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check: the speed figures of docs/speed.md and the small recipe's curves on the Python corpus
-# (docs/training.md) on one GPU, each step under its own time limit (21 minutes at most in all; ONLY picks steps, so
-# that two calls fit a session's device time).
+# (docs/training.md) on one GPU, each step under its own time limit (21 minutes at most in all; ONLY picks steps and
+# BUDGET caps a call's seconds, so that a call fits a session's device time).
 #
 #   bash tools/gpu_check.sh                           # on a machine with a GPU; the report in $OUT/report.md
 #   ONLY='python decode' bash tools/gpu_check.sh      # some steps only (keys: env train char python decode arch
 #                                                     #   ensemble speculate), the runs kept in $WORK for the next call
+#   BUDGET=580 bash tools/gpu_check.sh                # each step's limit cut to the seconds left; none starts with < 30
+#   PYTHON_PE=rotary bash tools/gpu_check.sh          # the Python corpus with rotary positions only (speculate's model)
 #   SMALL=1 bash tools/gpu_check.sh                   # a dry run on the CPU with tiny models (tests/test_bench.py)
 #
 # Needs data/shakespeare, data/shakespeare_char and data/python prepared (python data/<set>/prepare.py; a GPU machine
@@ -50,7 +52,8 @@ else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
           --lr_decay_iters=1000)
     BATCHES=1,16,64
     SYNC=(--sync_check=True --step_profile=True)
-    SPECULATE=(--speculate_k=auto --compile=True)  # k=8 at batch 1, 4 at 16: a graph for each k and batch compiles
+    SPECULATE=(--speculate_k=4,auto --compile=True)  # auto: 8 at batch 1, none at 16 with GPT-2's vocabulary (the CPU's
+                                                     # rule): k=4 tries it; a graph for each k and batch compiles
 fi
 
 step() {  # step KEY NAME SECONDS COMMAND...: run COMMAND under a time limit if ONLY has KEY; its output's end goes
@@ -59,6 +62,13 @@ step() {  # step KEY NAME SECONDS COMMAND...: run COMMAND under a time limit if 
     [[ " $ONLY " == *" $key "* ]] || return 0
     [ "${SMALL:-0}" = 1 ] && seconds=300  # the CPU compiles slowly; tiny models decide nothing
     shift 3
+    if [ -n "${BUDGET:-}" ] && [ $((BUDGET - SECONDS)) -lt "$seconds" ]; then
+        seconds=$((BUDGET - SECONDS))
+        if [ "$seconds" -lt 30 ]; then
+            { echo "## $name: not run, $seconds s of BUDGET=$BUDGET left"; echo; } >>"$REPORT"
+            return 0
+        fi
+    fi
     log=$(mktemp)
     timeout --kill-after=10 "$seconds" "$@" >"$log" 2>&1
     rc=$?
@@ -86,7 +96,7 @@ step char 'training, the quick start (char)' 45 python3 train.py config/train_sh
     --warmup_iters=$((CHAR_ITERS / 5)) --eval_iters=2 --log_interval=100 "${SCALE[@]}"
 # the small recipe on the Python standard library's source (data/python), learned positions against rotary (queries
 # at the target): the val losses any-order and left to right against the iteration (docs/training.md)
-for pe in learned rotary; do
+for pe in ${PYTHON_PE:-learned rotary}; do
     config=config/train_ao_gpt_small.py
     [ $pe = rotary ] && config=config/train_ao_gpt_small_rotary.py
     step python "the small recipe on the Python corpus, $pe positions" 150 torchrun --standalone --nproc_per_node=1 \
@@ -111,11 +121,13 @@ step ensemble 'eval_ppl.py --ensemble 8, float32' 45 python3 eval_ppl.py --init_
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=float32 "${SCALE[@]:0:1}"
 step ensemble 'eval_ppl.py --ensemble 8, bfloat16' 30 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=bfloat16 "${SCALE[@]:0:1}"
-# speculative decoding (compiled) against one token per step, top_p 0.9, auto's k, at batch 1 and 16: on the
+# speculative decoding (compiled) against one token per step, top_p 0.9, k=4 and auto's, at batch 1 and 16: on the
 # small recipe trained on the Python corpus (GPT-2's vocabulary; how many drafts are kept depends on what the model
 # learned) where it was, else on the char model and a random model of the recipe's size
 MODEL=(--checkpoint=$WORK/char/ckpt.pt)
-[ -f $WORK/python-learned/ckpt.pt ] && MODEL=(--checkpoint=$WORK/python-learned/ckpt.pt --speculate_random=False)
+for pe in learned rotary; do  # rotary learns the corpus faster (docs/training.md): the more telling drafts
+    [ -f $WORK/python-$pe/ckpt.pt ] && MODEL=(--checkpoint=$WORK/python-$pe/ckpt.pt --speculate_random=False)
+done
 step speculate 'speculative decoding' 200 python3 bench.py --run=speculate "${MODEL[@]}" "${SCALE[@]}" \
     "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
     --speculate_tokens=$((BLOCK / 4)) --batch_size=16 --rounds=2
