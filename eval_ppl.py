@@ -9,6 +9,7 @@ perplexity and the NELBO perplexity bound.
     python eval_ppl.py --out_dir=out --data_file=my_text.jsonl --out_json=ppl.json
     python eval_ppl.py --init_from=hf:Cauthyyy/AO-GPT-MDM/<file>.pt --dataset=lambada --ensemble 8
     python eval_ppl.py --init_from=gpt2-medium --dataset=wikitext2,ptb    # the GPT-2 baseline row
+    python eval_ppl.py --gaps=span:1,span:4,span:16,span:64 --ensemble=4  # infilling: each gap given the rest
 
 init_from: 'resume' (out_dir/ckpt.pt), a checkpoint path (ours or the authors' format), a model
 folder (export.py's) or a Hub file hf:owner/repo/path or folder hf:owner/repo, whose EMA weights
@@ -46,6 +47,12 @@ the NELBO bound exp(NELBO) ± its standard error: each chunk's NELBO estimated w
 --out_json also keeps, as chunk_nll, each chunk's mean -log p per token (nats) in every column of ppl
 (an encoder's: 'l2r' and 'nelbo', its NELBO estimate), for paired comparisons over the same chunks.
 
+--gaps=span:16,scatter:0.15 (a comma list) scores infilling instead: in each chunk a gap (a span of L tokens, or a
+share r of them scattered) drawn from the chunk's tokens, and its NLL per gap token given the rest of the chunk,
+as each model can read it: a decoder the rest first, then the gap left to right, in random orders and ensembles
+of them, and each gap token given all before it (left only: all that a left-to-right model or GPT-2 reads); the
+encoder the gap revealed left to right and its NELBO restricted to the gap (docs/evaluation.md).
+
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
 OpenAI's URL; openwebtext and shakespeare_char from data/<name>/val.bin; --data_file=path for a
 .txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
@@ -64,12 +71,13 @@ import time
 import torch
 
 from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
-from checkpoints import checkpoint_tokens
+from checkpoints import checkpoint_tokens, training_record
 from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
                     is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint)
 from configurator import configure
 from engine import compile_forward
-from scoring import (chunk_nlls, encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, nelbo_bound, nelbo_estimates,
+from scoring import (GAP_KINDS, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
+                     ensemble_sizes, hf_l2r_logprobs, left_gap_logprobs, mixture_logprobs, nelbo_bound, nelbo_estimates,
                      perplexities, perplexity, score_chunks)
 
 # -----------------------------------------------------------------------------
@@ -93,6 +101,7 @@ l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it,
 compile = False  # torch.compile the model's forward, with dynamic shapes (the query batches vary in size)
 encoder_l2r = True  # an encoder's exact left-to-right perplexity: n forwards per chunk (O(n^2)); False skips it
 mc_samples = 32  # an encoder's masks per chunk for its NELBO, one per stratum of the masking level
+gaps = ''  # infilling instead of perplexity: each chunk's gap scored given the rest, e.g. span:16,span:64,scatter:0.15
 # -----------------------------------------------------------------------------
 
 SPLITS = ('test', 'validation', 'train')
@@ -132,17 +141,47 @@ def check_inputs(names):
         fail(f'--data_file must be a .txt, .jsonl or .bin file, got {data_file}')
     if out_json and not os.path.isdir(os.path.dirname(os.path.abspath(out_json))):
         fail(f'--out_json={out_json}: its folder does not exist')
+    parse_gaps(gaps)
+
+
+def parse_gaps(spec):
+    """--gaps as [(kind, size)]: 'span:16' a span of 16 tokens, 'scatter:0.15' 15% of the tokens; [] for ''."""
+    settings = []
+    for item in (part.strip() for part in spec.split(',') if part.strip()):
+        kind, _, size = item.partition(':')
+        try:
+            size = int(size) if kind == 'span' else float(size)
+        except ValueError:
+            kind = None
+        if kind not in GAP_KINDS:
+            fail(f'--gaps: {item!r} is neither span:L (a span of L tokens) nor scatter:r (a share r of the tokens, '
+                 f'scattered): e.g. --gaps=span:16,scatter:0.15')
+        settings.append((kind, size))
+    if spec and not settings:
+        fail(f'--gaps={spec!r} names no gap: e.g. --gaps=span:16,scatter:0.15')
+    return settings
+
+
+def check_gap_sizes(settings, n):
+    """Each gap fits an n-token chunk and hides something."""
+    for kind, size in settings:
+        if kind == 'span' and not 1 <= size <= n:
+            fail(f'--gaps=span:{size}: a span is 1 to {n} tokens long (the chunk)')
+        if kind == 'scatter' and not 0 < size < 1:
+            fail(f'--gaps=scatter:{size}: the share of the tokens hidden must be between 0 and 1, such as 0.15')
 
 
 def load_model(init_from, out_dir, device, use_ema):
-    """(model, its block size, (what its token ids mean, how many), a description for the output)."""
+    """(model, its block size, (what its token ids mean, how many), a description for the output, whether it reads
+    left to right only: a Hugging Face model, or a checkpoint that train.py trained with --order=l2r)."""
     if is_hf_model(init_from):
         model = load_hf_causal_lm(init_from, device)
         positions = getattr(model.config, 'n_positions', None) or model.config.max_position_embeddings
-        return model, positions, ('gpt2', model.config.vocab_size), init_from
+        return model, positions, ('gpt2', model.config.vocab_size), init_from, True
     path = find_checkpoint(init_from, out_dir)
     model, checkpoint = read_checkpoint(path, device, use_ema)
-    return model, model.config.block_size, checkpoint_tokens(checkpoint, model.config.vocab_size), path
+    l2r_only = training_record(checkpoint)['config'].get('order') == 'l2r'
+    return model, model.config.block_size, checkpoint_tokens(checkpoint, model.config.vocab_size), path, l2r_only
 
 
 def main(given=()):
@@ -150,10 +189,12 @@ def main(given=()):
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
     hf = is_hf_model(init_from)
-    model, model_block, model_tokens, source = load_model(init_from, out_dir, device, use_ema)
+    model, model_block, model_tokens, source, l2r_only = load_model(init_from, out_dir, device, use_ema)
     n = block_size or model_block
     if n > model_block:
         fail(f"--block_size={n} is larger than the checkpoint's block_size {model_block}")
+    gap_settings = parse_gaps(gaps)
+    check_gap_sizes(gap_settings, n)
     sets = {}
     for name in names:  # read and check every set before evaluating any
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)
@@ -172,16 +213,22 @@ def main(given=()):
         compile_forward(model)
     precision = l2r_precision(l2r_dtype, device, hf)
     l2r_ctx = autocast(device, precision)
-    if encoder:
+    if gap_settings:
+        describe_gap_columns(source, hf, encoder, l2r_only)
+    elif encoder:
         describe_encoder_passes(precision, n)
     else:
         print(f"pipeline: {pipeline}; left-to-right in {precision}" + ('' if hf else f', any-order in {dtype}'))
-    if hf:
+    if hf and not gap_settings:
         print(f'{init_from}: left-to-right only; each {n}-token chunk scores its last {n - 1} tokens '
               f'(the first has no context), as the authors scored GPT-2')
     results = {}
     for name, chunks in sets.items():
         t0 = time.time()
+        if gap_settings:
+            results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r_ctx)
+                             for kind, size in gap_settings}
+            continue
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
             ppl, nlls, tokens = {'l2r': perplexity(l2r)}, chunk_nlls(l2r, None, len(chunks)), l2r.numel()
@@ -192,10 +239,10 @@ def main(given=()):
             ppl, nlls, tokens = perplexities(l2r, members), chunk_nlls(l2r, members, len(chunks)), l2r.numel()
         results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=tokens, ppl=ppl,
                              chunk_nll=nlls, seconds=round(time.time() - t0, 2))
-    report(results, ensemble)
+    report_gaps(results) if gap_settings else report(results, ensemble)
     if out_json:
         with open(out_json, 'w') as f:
-            json.dump(dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype,
+            json.dump(dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype, gaps=gaps,
                            l2r_dtype=precision, **(dict(mc_samples=mc_samples) if encoder else {}), results=results),
                       f, indent=2)
         print(f'wrote {out_json}')
@@ -220,6 +267,81 @@ def encoder_perplexities(model, chunks, name, l2r_ctx):
     bound, se = nelbo_bound(estimates)
     ppl = ({} if l2r is None else {'l2r': perplexity(l2r)}) | {'nelbo_bound': bound, 'nelbo_bound_se': se}
     return ppl, chunk_nlls(l2r, None, len(chunks)) | {'nelbo': estimates.tolist()}
+
+
+def describe_gap_columns(source, hf, encoder, l2r_only):
+    """What the gap table's columns are."""
+    if encoder:
+        print('gaps, each given the rest of its chunk: the encoder\'s gap revealed left to right (revealed l2r, exact: '
+              'a forward per gap token; --encoder_l2r=False skips it) and its NELBO bound restricted to the gap '
+              f'({mc_samples} stratified masks of the gap per chunk, ± its s.e. over chunks)')
+    elif l2r_only:
+        print(f'gaps: {source} reads left to right only: each gap token given all before it (left only)' +
+              (', the first token of a chunk unscored (it has no context)' if hf else ''))
+        if ensemble > 1:
+            print('note: --ensemble is ignored: a left-to-right model reads no other order')
+    else:
+        print('gaps, each given the rest of its chunk: left only (each gap token given all before it); the rest read '
+              'first, left to right, then the gap left to right (gap l2r), in a random order (gap random), and '
+              'ensembles of random orders of the gap (ensemble=2..: the log of the mean of their probabilities)')
+
+
+def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r_ctx):
+    """One gap setting on one set: the gaps' count and tokens, the NLL per gap token (nats) in each column the model
+    has, and each chunk's (chunk_nll, for paired comparisons); an encoder's NELBO bound with its s.e. over chunks."""
+    t0 = time.time()
+    positions = [chunk_gap(x, kind, size, seed) for x in chunks]
+    if hf:  # the first token has no context: a Hugging Face model does not score it
+        positions = [g[g > 0] for g in positions]
+    lengths = torch.tensor([len(g) for g in positions], dtype=torch.float64)
+    columns, nelbo = gap_logprobs(model, chunks, positions, hf, encoder, l2r_only, l2r_ctx, f'{name} {kind}:{size}')
+    nll = {k: (-v.sum() / lengths.sum()).item() for k, v in columns.items()}
+    chunk_nll = {k: (-v / lengths).tolist() for k, v in columns.items()}
+    if nelbo is not None:
+        nll['nelbo'] = ((nelbo * lengths).sum() / lengths.sum()).item()
+        nll['nelbo_se'] = nelbo.std().item() / len(nelbo) ** 0.5 if len(nelbo) > 1 else float('nan')
+        chunk_nll['nelbo'] = nelbo.tolist()
+    return dict(gaps=len(chunks), tokens=int(lengths.sum()), nll=nll, chunk_nll=chunk_nll,
+                seconds=round(time.time() - t0, 2))
+
+
+def gap_logprobs(model, chunks, gaps, hf, encoder, l2r_only, l2r_ctx, desc):
+    """Each chunk's log p(gap | what the model reads of the rest), (N,), in each column the model has: 'left' (each
+    gap token given all before it), 'gap_l2r' and 1, 2, ... (the rest read first, then the gap left to right, in
+    random orders, and the mixtures of 2, ... of those), an encoder's 'revealed' (the gap revealed left to right);
+    and an encoder's NELBO per gap token (None for a decoder)."""
+    ctx = autocast(device, dtype)
+    if hf:
+        l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, desc).view(len(chunks), -1)
+        return {'left': left_gap_logprobs(torch.cat([torch.zeros(len(chunks), 1), l2r], 1), gaps)}, None
+    if encoder:
+        columns = {}
+        if encoder_l2r:
+            revealed = encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{desc} revealed', gaps=gaps)[0]
+            columns['revealed'] = torch.stack([g.double().sum() for g in revealed.split([len(g) for g in gaps])])
+        return columns, nelbo_estimates(model, chunks, mc_samples, max_tokens, seed, ctx, f'{desc} NELBO', gaps=gaps)
+    on = next(model.parameters()).device
+    columns = {'left': left_gap_logprobs(torch.stack([decoder_l2r_logprobs(model, x.to(on), l2r_ctx) for x in chunks]),
+                                         gaps)}
+    if not l2r_only:
+        scores = decoder_gap_logprobs(model, chunks, gaps, ensemble, max_tokens, seed, ctx, desc)
+        columns['gap_l2r'] = scores[:, 0]
+        columns |= {size: mixture_logprobs(scores[:, 1:].T, size) for size in ensemble_sizes(ensemble)}
+    return columns, None
+
+
+GAP_COLUMNS = {'left': 'left only', 'gap_l2r': 'gap l2r', 1: 'gap random', 'revealed': 'revealed l2r',
+               'nelbo': 'NELBO bound'}  # and ensemble=2, ...
+
+
+def report_gaps(results):
+    """One row per set and gap setting: the NLL per gap token (nats) in each column the model has."""
+    keys = [k for k in next(iter(next(iter(results.values())).values()))['nll'] if k != 'nelbo_se']
+    cell = lambda nll, k: f"<= {nll[k]:.4f} ± {nll['nelbo_se']:.4f}" if k == 'nelbo' else f'{nll[k]:.4f}'
+    print('NLL per gap token (nats), each gap given the rest of its chunk')
+    print_table(['dataset', 'gap', 'gaps', 'gap tokens'] + [GAP_COLUMNS.get(k, f'ensemble={k}') for k in keys] + ['time'],
+                [[name, setting, f"{r['gaps']:,}", f"{r['tokens']:,}", *[cell(r['nll'], k) for k in keys],
+                  f"{r['seconds']:.1f}s"] for name, by_gap in results.items() for setting, r in by_gap.items()])
 
 
 def report(results, ensemble):

@@ -28,7 +28,7 @@ their defaults' types, as sample.py reads its flags (use_ema=no is False).
   decoder's start slot predicts the first token, so an empty context needs no BOS. ensemble=8:
   each continuation token's log-prob is the mixture over 8 readings of its context, eval_ppl.py's
   ensemble in the left-to-right order: member 1 reads the prefix left to right, the other members
-  in random orders (scoring.random_context_orders, seeded by the request's tokens: content_seed, so
+  in random orders (scoring.random_context_orders, seeded by the request's tokens: scoring.content_seed, so
   a request's score does not depend on its neighbours). is_greedy is always the left-to-right
   distribution's argmax (member 1): the members give only the log-prob of the token read, not
   their whole distributions, so LAMBADA's accuracy is the left-to-right one even where its
@@ -57,9 +57,7 @@ slot through the head), keeping only each request's result: memory is flat in th
 ensemble's other members query a batch's requests together, in forwards under max_tokens
 (scoring.query_logprobs); member 1 is the batch's left-to-right forward.
 """
-import hashlib
 import inspect
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -77,7 +75,7 @@ from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, chec
                     speculation_k)
 from configurator import check_key, parse_text
 from engine import Sampling, compile_decoding, generate
-from scoring import (HEAD_COST, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
+from scoring import (HEAD_COST, content_seed, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
                      random_context_orders)
 
 INSTALL = 'pip install "lm-eval>=0.4.9,<0.5"'
@@ -440,13 +438,6 @@ class Scorer:
                                     self.ctx)
             bounds.append(-nelbo.item() * x.size(1))
         return bounds
-
-
-def content_seed(seed, tokens):
-    """A seed from the seed setting and a request's tokens, so a request gets the same random orders (or masks)
-    wherever it falls in a call, whatever its neighbours."""
-    digest = hashlib.sha256(json.dumps([seed, tokens]).encode()).digest()
-    return int.from_bytes(digest[:8], 'little')
 
 
 # -----------------------------------------------------------------------------

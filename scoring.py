@@ -9,6 +9,8 @@ query is a row of i+1 slots, rows of similar length are batched (at most max_tok
 forward) and only the query slot goes through the head: about half the slots of one full forward
 per query, and none of the wasted vocabulary projections.
 """
+import hashlib
+import json
 import math
 from contextlib import nullcontext
 from itertools import islice
@@ -26,6 +28,13 @@ HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of
 
 # -----------------------------------------------------------------------------
 # chunks: left to right, any order, context-order ensembles
+
+def content_seed(seed, tokens):
+    """A seed from the seed setting and some tokens (a list of ids), so the same text gets the same random orders,
+    masks or gaps wherever it falls in a call, whatever its neighbours."""
+    digest = hashlib.sha256(json.dumps([seed, tokens]).encode()).digest()
+    return int.from_bytes(digest[:8], 'little')
+
 
 def random_context_orders(order, n_extra, seed):
     """context_orders(i) -> (n_extra, i): independent uniform orders of the context set order[:i].
@@ -110,6 +119,14 @@ def ensemble_sizes(ensemble):
     return [2 ** k for k in range(int(math.log2(ensemble)) + 1)] + ([ensemble] if ensemble & (ensemble - 1) else [])
 
 
+@torch.no_grad()
+def decoder_l2r_logprobs(model, x, ctx=nullcontext()):
+    """log p(x_i | x_<i) of every token of a chunk x (n,) under a decoder, read left to right: (n,), on the CPU."""
+    with ctx:
+        _, loss = model(x[None], torch.arange(len(x), device=x.device)[None], reduction='none')
+    return -loss[0].float().cpu()
+
+
 @torch.no_grad()  # the kept per-token results must not hold each chunk's graph
 def score_chunks(model, chunks, ensemble, max_tokens, seed, ctx=nullcontext(), desc=None, l2r_ctx=None):
     """Per-token log-probs of all chunks: l2r (N*n,) and the ensemble's members (ensemble, N*n), on the CPU.
@@ -120,12 +137,9 @@ def score_chunks(model, chunks, ensemble, max_tokens, seed, ctx=nullcontext(), d
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
-        n = len(x)
-        order = torch.randperm(n, generator=generator)
-        x, identity = x.to(device), torch.arange(n, device=device)
-        with ctx if l2r_ctx is None else l2r_ctx:
-            _, loss = model(x[None], identity[None], reduction='none')
-        l2r.append(-loss[0].float().cpu())
+        order = torch.randperm(len(x), generator=generator)
+        x = x.to(device)
+        l2r.append(decoder_l2r_logprobs(model, x, ctx if l2r_ctx is None else l2r_ctx))
         with ctx:
             orders = random_context_orders(order, ensemble - 1, hash((seed, c)))
             members.append(ensemble_logprobs(model, x, order.to(device), orders, ensemble, max_tokens))
@@ -205,33 +219,42 @@ def nelbo_masks(n, n_samples, generator):
     return mask, m / n
 
 
-def nelbo_rows(chunks, n_samples, seed, desc):
-    """(chunk index, mask, 1/level) of each masked copy of each chunk. A chunk's masks come from its own
-    seeded generator, so they do not depend on batching."""
+def nelbo_rows(chunks, n_samples, seed, desc, gaps=None):
+    """(chunk index, mask, 1/level) of each masked copy of each chunk: its masks over every position, or with gaps
+    over chunk c's gap positions gaps[c] only. A chunk's masks come from its own seeded generator, so they do not
+    depend on batching."""
     for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
-        mask, t = nelbo_masks(len(x), n_samples, torch.Generator().manual_seed(hash((seed, c))))
+        positions = torch.arange(len(x)) if gaps is None else gaps[c]
+        hidden, t = nelbo_masks(len(positions), n_samples, torch.Generator().manual_seed(hash((seed, c))))
+        mask = torch.zeros(n_samples, len(x), dtype=torch.bool)
+        mask[:, positions] = hidden
         yield from zip([c] * n_samples, mask, (1 / t).float())
 
 
 @torch.no_grad()
-def nelbo_estimates(model, chunks, n_samples, max_tokens, seed, ctx=nullcontext(), desc=None):
-    """Each chunk's NELBO per token, the encoder's bound on -log p(x) / n: (N,) float64, on the CPU.
+def nelbo_estimates(model, chunks, n_samples, max_tokens, seed, ctx=nullcontext(), desc=None, gaps=None):
+    """Each chunk's NELBO per token, the encoder's bound on -log p(x) / n: (N,) float64, on the CPU. With gaps
+    (each chunk's gap positions), the bound on -log p(gap | the rest of the chunk) / G, G the gap's length: only
+    the gap's positions are ever masked (MDLM's estimator, the rest always known).
 
     Unbiased: the mean over n_samples masked copies (nelbo_masks) of n/m * the sum over the m masked
-    positions of -log p(x_i | the unmasked tokens) / n, the model's own weighted loss. A copy's every
-    position goes through the head, so a copy costs n * (1 + HEAD_COST) slots of the budget.
+    positions of -log p(x_i | the unmasked tokens) / n, the model's own weighted loss (n: the gap's length G
+    with gaps). A copy's every position goes through the head, so a copy costs n * (1 + HEAD_COST) slots of the
+    budget.
     """
     device = next(model.parameters()).device
     N, n = chunks.shape
     total = torch.zeros(N, dtype=torch.float64)
-    for batch in batched(nelbo_rows(chunks, n_samples, seed, desc), max(1, max_tokens // (n * (1 + HEAD_COST)))):
+    rows = nelbo_rows(chunks, n_samples, seed, desc, gaps)
+    for batch in batched(rows, max(1, max_tokens // (n * (1 + HEAD_COST)))):
         c, mask, weights = zip(*batch)
         c, mask, weights = torch.tensor(c), torch.stack(mask), torch.stack(weights)[:, None]
         with ctx:
             _, terms = model(chunks[c].to(device), mask.to(device), weights.to(device), reduction='none')
         total.index_add_(0, c, terms.double().sum(1).cpu())
         release_freed_memory()
-    return total / (n_samples * n)
+    lengths = torch.full((N,), n) if gaps is None else torch.tensor([len(g) for g in gaps])
+    return total / (n_samples * lengths)
 
 
 def nelbo_bound(estimates):
@@ -277,34 +300,108 @@ def losses_by_context(model, x, order, counts):
     return torch.cat(known), torch.cat(distances), torch.cat(nlls)
 
 
-def l2r_queries(chunks, first, desc):
-    """(chunk index, position) of each left-to-right query, from position `first` on."""
+def l2r_queries(chunks, first, desc, gaps=None):
+    """(chunk index, position) of each left-to-right query: from position `first` on, or chunk c's gap gaps[c]."""
     for c, x in enumerate(tqdm(chunks, desc=desc, disable=desc is None)):
-        yield from ((c, i) for i in range(first, len(x)))
+        yield from ((c, i) for i in (range(first, len(x)) if gaps is None else gaps[c].tolist()))
 
 
 @torch.no_grad()
-def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None, first=0):
+def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None, first=0, gaps=None):
     """log p(x_i | x_<i) of every token from position `first` on under the encoder, exactly, and whether each
-    is the argmax: two (N*(n-first),) tensors, on the CPU.
+    is the argmax: two (N*(n-first),) tensors, on the CPU. With gaps (each chunk's gap positions, sorted), the gap
+    revealed left to right with the rest of the chunk known: log p(x_i | the rest, the gap's tokens before i) of
+    each gap token, in the gaps' order.
 
-    Position i is read with positions i..n-1 masked, and only it goes through the head: n forwards of n
-    slots per chunk, O(n^2) work. Position 0 is predicted from nothing, as a decoder's start slot
-    predicts it.
+    Position i is read with positions i..n-1 masked (of the gap only, with gaps), and only it goes through the
+    head: a forward of n slots per token read, O(n^2) work for a chunk. Position 0 is predicted from nothing, as a
+    decoder's start slot predicts it.
     """
     device = next(model.parameters()).device
     N, n = chunks.shape
-    logp, hit = torch.empty(N, n - first), torch.empty(N, n - first, dtype=torch.bool)
-    for batch in batched(l2r_queries(chunks, first, desc), max(1, max_tokens // (n + HEAD_COST))):
+    hideable = torch.ones(N, n, dtype=torch.bool)
+    if gaps is not None:
+        hideable = torch.zeros(N, n, dtype=torch.bool)
+        for c, gap in enumerate(gaps):
+            hideable[c, gap] = True
+    logp, hit = [torch.empty(0)], [torch.empty(0, dtype=torch.bool)]  # none when first = n
+    for batch in batched(l2r_queries(chunks, first, desc, gaps), max(1, max_tokens // (n + HEAD_COST))):
         c, i = torch.tensor(batch).T
-        z = torch.where(torch.arange(n) >= i[:, None], model.mask_id, chunks[c])
+        z = torch.where(hideable[c] & (torch.arange(n) >= i[:, None]), model.mask_id, chunks[c])
         with ctx:
             logits = model.forward_masked(z.to(device), out_positions=i[:, None].to(device))[:, 0].float()
         token = chunks[c, i][:, None].to(device)
-        logp[c, i - first] = F.log_softmax(logits, dim=-1).gather(1, token)[:, 0].cpu()
-        hit[c, i - first] = (logits.argmax(-1, keepdim=True) == token)[:, 0].cpu()
+        logp.append(F.log_softmax(logits, dim=-1).gather(1, token)[:, 0].cpu())
+        hit.append((logits.argmax(-1, keepdim=True) == token)[:, 0].cpu())
         release_freed_memory()
-    return logp.flatten(), hit.flatten()
+    return torch.cat(logp), torch.cat(hit)
+
+
+# -----------------------------------------------------------------------------
+# gaps (infilling): some of a chunk's tokens hidden, a span or scattered, and scored given all the others
+
+GAP_KINDS = ('span', 'scatter')
+
+
+def chunk_gap(x, kind, size, seed):
+    """The gap positions of chunk x (n,), sorted: a span of `size` tokens at a uniform place ('span'), or
+    max(1, round(size * n)) positions drawn uniformly ('scatter', size a rate). Seeded by the chunk's tokens, so
+    every model and run hides the same tokens of the same text."""
+    n = len(x)
+    generator = torch.Generator().manual_seed(content_seed([seed, kind, size], x.tolist()))
+    if kind == 'span':
+        start = int(torch.randint(n - size + 1, (1,), generator=generator))
+        return torch.arange(start, start + size)
+    return torch.randperm(n, generator=generator)[:max(1, round(size * n))].sort().values
+
+
+def gap_orders(n, gap, n_random, seed):
+    """The decoder's reading orders of a chunk of n tokens with this gap: the known positions left to right, then
+    the gap left to right (row 0) or in n_random uniform orders (rows 1..), seeded: (1 + n_random, n)."""
+    known = torch.ones(n, dtype=torch.bool)
+    known[gap] = False
+    generator = torch.Generator().manual_seed(seed)
+    shuffles = [torch.arange(len(gap))] + [torch.randperm(len(gap), generator=generator) for _ in range(n_random)]
+    return torch.stack([torch.cat([known.nonzero()[:, 0], gap[s]]) for s in shuffles])
+
+
+@torch.no_grad()
+def order_logprobs(model, x, orders, first, max_tokens):
+    """log p(x[order_j] | x[order_<j]) of slots j = first.. of each order (E, n) under a decoder, exactly (each
+    order's joint of those tokens, the first `first` read before them): (E, n - first), on the CPU. Only the
+    scored slots go through the head."""
+    device = next(model.parameters()).device
+    E, n = orders.shape
+    out = []
+    for rows in orders.split(max(1, max_tokens // (n + 1 + (n - first) * HEAD_COST))):
+        rows = rows.to(device)
+        targets = x.to(device)[rows]
+        none = torch.full((len(rows), 1), -1, device=device)
+        tokens = torch.cat([torch.zeros_like(none), targets], 1)
+        slots = torch.arange(first, n, device=device).expand(len(rows), -1)
+        logits = model.forward_slots(tokens, torch.cat([none, rows], 1), torch.cat([rows, none], 1), out_slots=slots)
+        out.append(F.log_softmax(logits.float(), -1).gather(-1, targets[:, first:, None])[..., 0].cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def decoder_gap_logprobs(model, chunks, gaps, n_random, max_tokens, seed, ctx=nullcontext(), desc=None):
+    """log p(gap | the rest of the chunk) of each chunk under a decoder, exactly, the rest read first (left to
+    right), then the gap left to right and in n_random uniform orders (gap_orders, seeded by the chunk's tokens,
+    so a smaller ensemble's orders are the first of a larger one's): (N, 1 + n_random), float64, on the CPU."""
+    out = torch.empty(len(chunks), 1 + n_random, dtype=torch.float64)
+    for c, (x, gap) in enumerate(zip(tqdm(chunks, desc=desc, disable=desc is None), gaps)):
+        orders = gap_orders(len(x), gap, n_random, content_seed(seed, x.tolist()))
+        with ctx:
+            out[c] = order_logprobs(model, x, orders, len(x) - len(gap), max_tokens).double().sum(1)
+        release_freed_memory()
+    return out
+
+
+def left_gap_logprobs(l2r, gaps):
+    """Each chunk's gap scored from the left only, from per-token left-to-right log-probs l2r (N, n): the sum over
+    the gap of log p(x_i | x_<i), each gap token given all before it (what a left-to-right model can use): (N,)."""
+    return torch.stack([row[gap].double().sum() for row, gap in zip(l2r, gaps)])
 
 
 # -----------------------------------------------------------------------------

@@ -1,0 +1,200 @@
+"""Gap (infilling) scores against independent computations: a decoder's exact log-prob of a gap against one full
+forward per gap token in the same order, the encoder's gap revealed left to right against one forward per token,
+its NELBO restricted to the gap against an enumeration of the gap's masks, and a gap of the whole chunk against
+the plain left-to-right and any-order losses."""
+import itertools
+import json
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from conftest import (N_EXACT, TINY_BLOCK as T, nll_given, one_line_error, run_script, says, tiny_mdm, tiny_model,
+                      train)
+from scoring import (chunk_gap, content_seed, decoder_gap_logprobs, encoder_l2r_logprobs, gap_orders,
+                     left_gap_logprobs, nelbo_estimates)
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+DECODERS = [dict(), dict(position_encoding='rotary'), dict(target_injection='add')]  # AO-GPT learned, rotary; sigma
+DECODER_IDS = ['ao-gpt-learned', 'ao-gpt-rotary', 'sigma-gpt']
+
+
+def chunks(n_chunks, n=T, vocab=11, seed=0):
+    return torch.randint(vocab, (n_chunks, n), generator=torch.Generator().manual_seed(seed))
+
+
+def one_forward_logprob(model, x, read, target):
+    """log p(x[target] | x[read], read in that order), from a forward of those slots alone, every slot through the
+    head."""
+    positions = torch.cat([torch.tensor([-1]), read])
+    logits = model.forward_slots(x[positions.clamp(min=0)][None], positions[None],
+                                 torch.cat([read, torch.tensor([target])])[None])[0, -1]
+    return F.log_softmax(logits.double(), -1)[x[target]].item()
+
+
+@pytest.mark.parametrize('kind', DECODERS, ids=DECODER_IDS)
+@pytest.mark.parametrize('gap', [('span', 5), ('scatter', 0.3)])
+@pytest.mark.parametrize('max_tokens', [1, 10_000])  # an order per forward; all of them in one
+def test_decoder_gap_logprob_is_one_forward_per_gap_token(kind, gap, max_tokens):
+    model, xs = tiny_model(**kind), chunks(3)
+    gaps = [chunk_gap(x, *gap, seed=0) for x in xs]
+    scores = decoder_gap_logprobs(model, xs, gaps, n_random=2, max_tokens=max_tokens, seed=5)
+    assert scores.shape == (3, 3)
+    with torch.no_grad():
+        for x, g, row in zip(xs, gaps, scores):
+            orders = gap_orders(T, g, 2, content_seed(5, x.tolist()))
+            known = T - len(g)
+            assert torch.equal(orders[0, known:], g)  # the first order reads the gap left to right
+            for order, score in zip(orders, row):
+                assert sorted(order[:known].tolist()) == order[:known].tolist()  # the rest first, left to right
+                expected = sum(one_forward_logprob(model, x, order[:j], order[j].item()) for j in range(known, T))
+                assert score.item() == pytest.approx(expected, abs=1e-5)
+            assert len(set(row.tolist())) > 1  # the orders' joints differ: each order is really read
+
+
+@pytest.mark.parametrize('kind', DECODERS, ids=DECODER_IDS)
+def test_a_gap_of_the_whole_chunk_gives_the_plain_losses(kind):
+    model, xs = tiny_model(**kind), chunks(2)
+    whole = [torch.arange(T)] * 2
+    scores = decoder_gap_logprobs(model, xs, whole, n_random=2, max_tokens=10_000, seed=1)
+    with torch.no_grad():
+        for x, row in zip(xs, scores):
+            orders = gap_orders(T, whole[0], 2, content_seed(1, x.tolist()))
+            assert torch.equal(orders[0], torch.arange(T))
+            for order, score in zip(orders, row):  # left to right, then random orders: the any-order loss
+                _, loss = model(x[None], order[None], reduction='none')
+                assert score.item() == pytest.approx(-loss.double().sum().item(), abs=1e-5)
+        _, l2r = model(xs, torch.arange(T).expand(2, T), reduction='none')
+    torch.testing.assert_close(left_gap_logprobs(-l2r, whole), scores[:, 0], atol=1e-5, rtol=0)
+
+
+def test_left_gap_logprobs_sum_the_gap_of_the_left_to_right_pass():
+    l2r = torch.arange(12.).view(2, 6)
+    assert left_gap_logprobs(l2r, [torch.tensor([1, 2]), torch.tensor([5])]).tolist() == [3.0, 11.0]
+
+
+def test_gaps_are_drawn_from_the_chunk_and_the_seed():
+    xs = chunks(40, n=64, vocab=50)
+    for x in xs:
+        span = chunk_gap(x, 'span', 16, seed=0)
+        assert torch.equal(span, torch.arange(span[0], span[0] + 16)) and 0 <= span[0] <= 48
+        scatter = chunk_gap(x, 'scatter', 0.15, seed=0)
+        assert len(scatter) == 10 and torch.equal(scatter, scatter.unique())  # round(0.15 * 64), sorted, distinct
+        assert torch.equal(chunk_gap(x.clone(), 'span', 16, seed=0), span)  # the same text, the same gap
+    starts = [chunk_gap(x, 'span', 16, seed=0)[0].item() for x in xs]
+    assert len(set(starts)) > 20  # other texts, other places
+    assert [chunk_gap(x, 'span', 16, seed=1)[0].item() for x in xs] != starts
+    assert len(chunk_gap(xs[0], 'scatter', 0.001, seed=0)) == 1  # at least one token
+    assert torch.equal(chunk_gap(xs[0], 'span', 64, seed=0), torch.arange(64))
+
+
+@pytest.fixture(scope='module')
+def mdm():
+    return tiny_mdm()
+
+
+def test_encoder_gap_revealed_left_to_right_is_one_forward_per_token(mdm):
+    xs = chunks(3, n=N_EXACT, vocab=5)
+    gaps = [torch.tensor([1, 2, 4]), torch.tensor([0]), torch.arange(N_EXACT)]
+    for max_tokens in (1, 10_000):
+        logp, hit = encoder_l2r_logprobs(mdm, xs, max_tokens, gaps=gaps)
+        assert logp.shape == hit.shape == (9,)
+        expected = [-nll_given(mdm, x, set(range(N_EXACT)) - set(g[j:].tolist()))[g[j]].item()
+                    for x, g in zip(xs, gaps) for j in range(len(g))]
+        torch.testing.assert_close(logp.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-5, rtol=0)
+    whole, _ = encoder_l2r_logprobs(mdm, xs[2:], 10_000)  # a gap of the whole chunk: the plain left to right
+    torch.testing.assert_close(logp[-N_EXACT:], whole, atol=1e-6, rtol=0)
+
+
+def exact_gap_nelbo(model, x, gap):
+    """The NELBO of the gap given the rest, per gap token, by enumeration: each masked subset M of the gap weighs
+    (|M|-1)! (G-|M|)! / G! (exact_nelbo's weights over the gap alone)."""
+    G, total = len(gap), 0.0
+    for m in range(1, G + 1):
+        weight = math.factorial(m - 1) * math.factorial(G - m) / math.factorial(G)
+        for masked in itertools.combinations(gap, m):
+            nll = nll_given(model, x, set(range(len(x))) - set(masked))
+            total += weight * nll[list(masked)].sum().item()
+    return total / G
+
+
+def test_restricted_nelbo_is_unbiased(mdm):
+    x, gap = torch.tensor([3, 0, 4, 4, 1]), torch.tensor([0, 2, 3])
+    estimates = nelbo_estimates(mdm, x.expand(4096, N_EXACT), 16, max_tokens=10**7, seed=1, gaps=[gap] * 4096)
+    mean, error = estimates.mean().item(), estimates.std().item() / math.sqrt(len(estimates))
+    with torch.no_grad():
+        exact = exact_gap_nelbo(mdm, x, gap.tolist())
+    assert abs(mean - exact) < 4 * error
+    assert error < 0.005 * mean  # the check has power
+    whole = nelbo_estimates(mdm, x.expand(8, N_EXACT), 4, 10**7, seed=2, gaps=[torch.arange(N_EXACT)] * 8)
+    assert torch.equal(whole, nelbo_estimates(mdm, x.expand(8, N_EXACT), 4, 10**7, seed=2))  # the whole chunk
+
+
+# -----------------------------------------------------------------------------
+# eval_ppl.py --gaps
+
+def gap_table(workdir, *args):
+    """eval_ppl.py --gaps=... on shakespeare_char's first 3 chunks of 32: its JSON results of the set."""
+    run_script('eval_ppl.py', '--max_chunks=3', '--device=cpu', '--out_json=gaps.json', *args, cwd=workdir)
+    return json.load(open(workdir / 'gaps.json'))['results']['shakespeare_char']
+
+
+def log_ppl(workdir, *args):
+    """eval_ppl.py's perplexities on the same chunks, as NLL per token."""
+    run_script('eval_ppl.py', '--max_chunks=3', '--device=cpu', '--out_json=ppl.json', *args, cwd=workdir)
+    return {k: math.log(v) for k, v in json.load(open(workdir / 'ppl.json'))['results']['shakespeare_char']['ppl'].items()
+            if not k.endswith('_se')}
+
+
+def test_eval_ppl_gaps_on_ao_gpt(workdir, char_ckpt):
+    out = run_script('eval_ppl.py', f'--out_dir={char_ckpt}', '--gaps=span:4,scatter:0.2', '--ensemble=2',
+                     '--max_chunks=3', '--device=cpu', cwd=workdir).stdout.splitlines()
+    assert out[-3].split() == ['dataset', 'gap', 'gaps', 'gap', 'tokens', 'left', 'only', 'gap', 'l2r', 'gap', 'random',
+                               'ensemble=2', 'time']
+    assert out[-2].split()[:4] == ['shakespeare_char', 'span:4', '3', '12']
+    assert out[-1].split()[:4] == ['shakespeare_char', 'scatter:0.2', '3', '18']  # round(0.2 * 32) = 6 a chunk
+    # the whole chunk as the gap: read left to right it is the left-to-right loss, and the left-only column too
+    whole = gap_table(workdir, f'--out_dir={char_ckpt}', '--gaps=span:32')['span:32']
+    assert whole['tokens'] == 96
+    l2r = log_ppl(workdir, f'--out_dir={char_ckpt}')['l2r']
+    assert whole['nll']['gap_l2r'] == pytest.approx(l2r, abs=1e-5) and whole['nll']['left'] == pytest.approx(l2r, abs=1e-5)
+    assert sum(whole['chunk_nll']['gap_l2r']) / 3 == pytest.approx(whole['nll']['gap_l2r'])
+
+
+def test_eval_ppl_gaps_on_a_left_to_right_gpt(workdir):
+    train(workdir, 'out-l2r-gaps', '--order=l2r', '--max_iters=2', '--eval_interval=2')
+    result = gap_table(workdir, '--out_dir=out-l2r-gaps', '--gaps=span:4', '--ensemble=2')['span:4']
+    assert list(result['nll']) == ['left'] and result['tokens'] == 12
+
+
+def test_eval_ppl_gaps_on_the_encoder(workdir, mdm_ckpt):
+    result = gap_table(workdir, f'--out_dir={mdm_ckpt}', '--gaps=span:32')['span:32']
+    assert list(result['nll']) == ['revealed', 'nelbo', 'nelbo_se']
+    ppl = log_ppl(workdir, f'--out_dir={mdm_ckpt}')
+    assert result['nll']['revealed'] == pytest.approx(ppl['l2r'], abs=1e-5)  # the whole chunk revealed left to right
+    assert result['nll']['nelbo'] == pytest.approx(ppl['nelbo_bound'], abs=1e-5)  # and its NELBO, the same masks
+    masks = gap_table(workdir, f'--out_dir={mdm_ckpt}', '--gaps=scatter:0.25', '--encoder_l2r=False')['scatter:0.25']
+    assert list(masks['nll']) == ['nelbo', 'nelbo_se'] and masks['tokens'] == 24
+
+
+@pytest.mark.parametrize('gaps,named', [
+    ('span:0', ('span:0', '1 to 32 tokens')), ('span:33', ('span:33', '1 to 32')), ('span:1.5', ('span:1.5', 'span:L')),
+    ('span:²', ('span:²', 'span:L')), ('scatter:0', ('scatter:0', 'between 0 and 1')),
+    ('scatter:1', ('scatter:1', 'between 0 and 1')), ('scatter:nan', ('between 0 and 1',)),
+    ('scatter:abc', ('scatter:abc', 'scatter:r')), ('hole:3', ('hole:3', 'span:L')), (',', ('names no gap',))])
+def test_eval_ppl_gaps_bad_inputs(workdir, char_ckpt, gaps, named):
+    says(one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', f'--gaps={gaps}', '--device=cpu', cwd=workdir), *named)
+
+
+def test_eval_ppl_gaps_on_a_hugging_face_gpt(workdir, tiny_gpt2, bpe_ckpt):  # bpe_ckpt writes data/webtext
+    run_script('eval_ppl.py', f'--init_from={tiny_gpt2}', '--data_file=data/webtext/val.bin', '--gaps=span:1024',
+               '--max_chunks=2', '--device=cpu', '--out_json=hf-gaps.json', cwd=workdir)
+    result = json.load(open(workdir / 'hf-gaps.json'))['results']['data/webtext/val.bin']['span:1024']
+    run_script('eval_ppl.py', f'--init_from={tiny_gpt2}', '--data_file=data/webtext/val.bin', '--max_chunks=2',
+               '--device=cpu', '--out_json=hf-ppl.json', cwd=workdir)
+    ppl = json.load(open(workdir / 'hf-ppl.json'))['results']['data/webtext/val.bin']['ppl']['l2r']
+    # the whole chunk, left only: GPT-2's left-to-right loss, its first token unscored as there
+    assert list(result['nll']) == ['left'] and result['tokens'] == 2 * 1023
+    assert result['nll']['left'] == pytest.approx(math.log(ppl), abs=1e-5)
