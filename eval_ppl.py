@@ -226,8 +226,8 @@ def main(given=()):
     for name, chunks in sets.items():
         t0 = time.time()
         if gap_settings:
-            results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r_ctx)
-                             for kind, size in gap_settings}
+            results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only,
+                                                          l2r_ctx) for kind, size in gap_settings}
             continue
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
@@ -339,7 +339,8 @@ def report_gaps(results):
     keys = [k for k in next(iter(next(iter(results.values())).values()))['nll'] if k != 'nelbo_se']
     cell = lambda nll, k: f"<= {nll[k]:.4f} ± {nll['nelbo_se']:.4f}" if k == 'nelbo' else f'{nll[k]:.4f}'
     print('NLL per gap token (nats), each gap given the rest of its chunk')
-    print_table(['dataset', 'gap', 'gaps', 'gap tokens'] + [GAP_COLUMNS.get(k, f'ensemble={k}') for k in keys] + ['time'],
+    names = [GAP_COLUMNS.get(k, f'ensemble={k}') for k in keys]
+    print_table(['dataset', 'gap', 'gaps', 'gap tokens', *names, 'time'],
                 [[name, setting, f"{r['gaps']:,}", f"{r['tokens']:,}", *[cell(r['nll'], k) for k in keys],
                   f"{r['seconds']:.1f}s"] for name, by_gap in results.items() for setting, r in by_gap.items()])
 

@@ -15,7 +15,8 @@ FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1
             '8': 'AdaLN against additive injection; EMA against raw weights',
             'plateau': "(Ours) Queries at the target position remove AO-GPT's plateau",
             'long': '(Ours) Queries at the target position at longer blocks',
-            'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow'}
+            'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow',
+            'infill': '(Ours) Infilling: AO-GPT reads both sides of a gap'}
 ALIASES = {'5': '4', '7': '6'}
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
@@ -48,7 +49,7 @@ KINDS = {
 }
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
                  '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
-                 'length': ['mixed', 'encoder', 'l2r']}
+                 'length': ['mixed', 'encoder', 'l2r'], 'infill': ['mixed', 'encoder', 'l2r']}
 NEEDS = {'long': 'long', 'length': 'lengths'}  # the findings a preset runs only if it has this entry
 
 PRESETS = {
@@ -66,6 +67,7 @@ PRESETS = {
         seeds=3, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
         eval=dict(ensemble=16, max_chunks=100),
+        infill=dict(spans=(1, 4, 16, 64), ensemble=4, max_chunks=100),  # eval_ppl.py --gaps=span:L on the val chunks
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run
@@ -79,6 +81,7 @@ PRESETS = {
         seeds=3, workers=1, threads=0,
         fixed_orders=[dict(order_file=os.path.join('config', 'orders', f'authors_order{i}.txt')) for i in (1, 2, 3)],
         eval=dict(ensemble=64, max_chunks=32),
+        infill=dict(spans=(1, 4, 16, 64), ensemble=8, max_chunks=32),
         gen=dict(steps='64,128,256,512,1024', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=64, batch_size=32),
         scorer='gpt2-large',
@@ -95,6 +98,7 @@ PRESETS = {
         seeds=2, workers=2, threads=1,
         fixed_orders=[dict(seed=s) for s in (11, 12)],
         eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
+        infill=dict(spans=(1, 4, 32), ensemble=2, max_chunks=4, mc_samples=4),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
                  batch_size=4),
         scorer='l2r',
@@ -159,6 +163,16 @@ CLAIMS = {
                       "'{positions}') ends with an any-order loss below the encoder's NELBO (each with its swept "
                       "settings{swept}, the same tokens; effect: the encoder's final EMA val NELBO minus AO-GPT's "
                       'any-order loss, nats).',
+    'infill right': '(Ours) AO-GPT uses the right context: a gap read after the rest of its chunk (left to right, '
+                    "exactly; AO-GPT 10% left to right) has a lower NLL per gap token than the left-to-right GPT's, "
+                    'which reads the left side only (each with its swept settings, the same chunks and gaps; effect: '
+                    "the GPT's NLL minus AO-GPT's, nats per gap token, averaged over the spans shorter than the "
+                    'block: {spans} tokens).',
+    'infill encoder': '(Ours) AO-GPT fills gaps at least as well as the encoder: its exact NLL per gap token (the '
+                      "gap read left to right after the rest) is not above the encoder's exact NLL of the gap "
+                      'revealed left to right by more than the floor ({floor} nats) (effect: the encoder minus '
+                      'AO-GPT, averaged over the spans {spans}; holds if the interval lies above minus the floor). '
+                      "The encoder's NELBO bound restricted to the gap is in the numbers.",
     'length variant': "(Ours) At block {block} AO-GPT with '{positions}' ends with a lower any-order loss than with "
                       "'rotary' (each its own swept rate; effect: rotary minus the variant, final EMA val any-order "
                       'loss, nats).',

@@ -8,7 +8,7 @@ run over seeds, and every claim gets its effect, a 95% interval, its n and a ver
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long,length   # our own findings only (their kinds' sweeps first)
+    python findings.py --preset=cpu --only=plateau,long,length,infill   # our own findings (their kinds' sweeps first)
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 What it does, each run in its own folder out_dir/runs/<name> through train.py, eval_ppl.py and gen_ppl.py:
@@ -56,6 +56,11 @@ The findings are numbered by the paper's figure that shows them (sample quality 
            learning rates swept again there by the sweep's rule (the l2r GPT keeps its choice); final losses
            against the block size, losses by the share known and by the distance to the nearest known
            token (cpu and smoke presets)
+  infill   each kind's NLL of a span of 1, 4, 16 and 64 tokens given the rest of its val chunk (eval_ppl.py
+           --gaps): AO-GPT exactly (the rest, then the gap left to right; ensembles of the gap's orders),
+           the l2r GPT from the left side only, the encoder's gap revealed left to right and its NELBO
+           bound on the gap; AO-GPT against the l2r GPT and against the encoder, on the mean over the
+           spans shorter than the block
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -356,7 +361,8 @@ def script_job(name, script, flags, out_json):
 
 
 def eval_jobs(findings, p, seed_list, folders):
-    """eval_ppl.py on AO-GPT (ensembles; raw weights for finding 8) and the encoder; gen_ppl.py on both."""
+    """eval_ppl.py on AO-GPT (ensembles; raw weights for finding 8) and the encoder, with --gaps on both and the l2r
+    GPT for finding infill; gen_ppl.py on AO-GPT and the encoder."""
     jobs, data = [], dict(dataset=p['dataset']) | p['eval']
     for s in seed_list:
         mixed, encoder = folders.get(f'mixed-s{s}'), folders.get(f'encoder-s{s}')  # None where no finding needs them
@@ -370,6 +376,14 @@ def eval_jobs(findings, p, seed_list, folders):
             jobs.append(script_job(f'eval mixed-s{s} raw weights', 'eval_ppl.py',
                                    dict(out_dir=mixed) | data | dict(ensemble=1, use_ema=False),
                                    os.path.join(mixed, 'eval_raw.json')))
+        if 'infill' in findings:
+            infill = p['infill']
+            flags = dict(dataset=p['dataset'], gaps=','.join(f'span:{L}' for L in infill['spans'])) | \
+                {k: v for k, v in infill.items() if k != 'spans'}
+            for kind in FINDING_KINDS['infill']:
+                folder = folders[f'{kind}-s{s}']
+                jobs.append(script_job(f'gaps {kind}-s{s}', 'eval_ppl.py', dict(out_dir=folder) | flags,
+                                       os.path.join(folder, 'gaps.json')))
         if '6' in findings:
             scorer = os.path.join(folders[f'l2r-s{seed_list[0]}'], 'ckpt.pt') if p['scorer'] == 'l2r' else p['scorer']
             for kind, folder in (('mixed', mixed), ('encoder', encoder)):
@@ -898,6 +912,43 @@ def finding_length(m, lengths, dataset, context):
     return [fig, by_share, by_distance], claims
 
 
+def finding_infill(m, infill):
+    """Gap NLL against the span's length for each kind (eval_ppl.py --gaps, gaps.json), and the two claims, each on
+    the mean over the spans shorter than the block (a span of the whole block has no other side)."""
+    mixed, encoder, l2r = m.each('mixed'), m.each('encoder'), m.each('l2r')
+    block = m.read(mixed[0], 'gaps.json')['block_size']
+    spans, inner = list(infill['spans']), [L for L in infill['spans'] if L < block]
+
+    def nll(name, column, span):
+        return next(iter(m.read(name, 'gaps.json')['results'].values()))[f'span:{span}']['nll'][column]
+
+    def over_spans(names, column):  # each run's NLL per gap token averaged over the inner spans
+        return [statistics.mean(nll(n, column, L) for L in inner) for n in names]
+    top = infill['ensemble']
+    series = [('AO-GPT: the rest, then the gap left to right', mixed, 'gap_l2r'),
+              (f'AO-GPT: an ensemble of {top} random orders of the gap', mixed, str(top)),
+              ('AO-GPT: the left side only', mixed, 'left'), ('left-to-right GPT: the left side only', l2r, 'left'),
+              ('encoder: the gap revealed left to right', encoder, 'revealed'),
+              ('encoder: its NELBO bound on the gap', encoder, 'nelbo')]
+    fig = m.figure('ours_infill.png', FINDINGS['infill'], 'span (tokens hidden, one span per val chunk)',
+                   'NLL per gap token (nats)',
+                   [(label, spans, [[nll(n, column, L) for n in names] for L in spans]) for label, names, column in series],
+                   logx=True)
+    numbers = {f'{label}, span {L}': spread([nll(n, column, L) for n in names])
+               for label, names, column in series for L in spans}
+    text = dict(spans=', '.join(map(str, inner)), floor=FLOOR)
+    non_inferior = lambda interval, floor: ('holds' if interval.low > -floor else
+                                            'does not hold' if interval.high < -floor else 'not resolvable at this size')
+    return [fig], [
+        claim(CLAIMS['infill right'].format(**text), numbers,
+              unpaired_interval(over_spans(l2r, 'left'), over_spans(mixed, 'gap_l2r')), stuck=m.stuck(mixed + l2r)),
+        claim(CLAIMS['infill encoder'].format(**text),
+              {'encoder NELBO bound minus AO-GPT (nats per gap token)':
+               unpaired_interval(over_spans(encoder, 'nelbo'), over_spans(mixed, 'gap_l2r'))},
+              unpaired_interval(over_spans(encoder, 'revealed'), over_spans(mixed, 'gap_l2r')),
+              stuck=m.stuck(mixed + encoder), decide=non_inferior)]
+
+
 def distance_series(label, block, rows):
     """A figure series of runs' losses by distance: the distances every run has, 'none' drawn at 2 x block."""
     keys = sorted(set.intersection(*(set(r['distance']) for r in rows)), key=lambda d: 2 * block if d == 'none' else int(d))
@@ -933,7 +984,8 @@ def analyse(findings, p, m, chosen, runs_dir):
                 '6': lambda: finding_6(m, generation_times(p, m.folders, m.seed_list[0], runs_dir),
                                        {kind: gen_rows(m, kind) for kind in ('mixed', 'encoder')}),
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
-                'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context'))}
+                'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context')),
+                'infill': lambda: finding_infill(m, p['infill'])}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()

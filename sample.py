@@ -19,13 +19,15 @@ that reveals nothing costs nothing). speculate=k > 0 draws the samples of one to
 (random or l2r order) by any-subset speculative decoding: up to k tokens drafted at once, each kept
 or redrawn by an exact test, in fewer forwards (engine.speculative; it prints them).
 start: a prefix (or FILE:path); infill: a template whose `mask_token` markers are generated ([MASK]
-is one token, [MASK:5] five) around the known text.
+is one token, [MASK:5] five) around the known text, each generated span printed between fill_marks.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), a
 model folder (export.py's), a Hugging Face Hub file hf:owner/repo/path or model folder hf:owner/repo.
 Character-level checkpoints carry their vocabulary.
 Tokens are drawn by inverse CDF in float64 (sample_dtype); top_p_mode='authors' is the authors'
 top-p (the token that crosses top_p is dropped), and the step sizes truncate as theirs do.
 """
+import itertools
+
 import torch
 
 from checkpoints import token_count
@@ -38,6 +40,7 @@ from engine import Speculation, compile_decoding, generate
 # -----------------------------------------------------------------------------
 globals().update(SAMPLING_SETTINGS)  # init_from, out_dir, start, infill, order, steps, temperature, ... (common.py)
 num_samples = 3
+fill_marks = '«»'  # --infill: the two characters printed around each generated span; '' prints the text plain
 device = default_device()
 dtype = default_dtype()
 # -----------------------------------------------------------------------------
@@ -46,7 +49,8 @@ dtype = default_dtype()
 def check_inputs():
     check_sampling(globals())
     check_settings(globals(), {'temperature': TEMPERATURE_RULE, 'top_p': TOP_P_RULE, 'steps': optional_int(1),
-                               'num_samples': int_at_least(1)})
+                               'num_samples': int_at_least(1),
+                               'fill_marks': (lambda v: len(v) in (0, 2), "two characters, or '' for none")})
 
 
 def main():
@@ -71,10 +75,19 @@ def main():
         x, _ = generate(model, x, torch.tensor(known, device=device), n_steps, sampling, generator=generator,
                         n_tokens=n_tokens, progress=True, stats=stats, **options)
     for row in x.tolist():
-        print(decode(row))
+        print(marked(decode, row, known, fill_marks) if infill else decode(row))
         print('---------------')
     if speculate:
         print(stats)
+
+
+def marked(decode, row, known, marks):
+    """A sample's text with each generated span between marks[0] and marks[1] (none when marks is '')."""
+    text = []
+    for is_known, group in itertools.groupby(zip(row, known), key=lambda pair: pair[1]):
+        span = decode([token for token, _ in group])
+        text.append(span if is_known or not marks else marks[0] + span + marks[1])
+    return ''.join(text)
 
 
 if __name__ == '__main__':

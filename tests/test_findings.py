@@ -15,8 +15,7 @@ from conftest import one_line_error, run_script, says
 FIGURES = ['sweep.png', 'fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
            'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig4_time_vs_length.png',
            'table2_sample_quality.png', 'fig8_adaln_vs_sigma.png', 'ours_plateau.png', 'ours_long_blocks.png',
-           'ours_length.png',
-           'ours_length_by_share.png', 'ours_length_by_distance.png']
+           'ours_length.png', 'ours_length_by_share.png', 'ours_length_by_distance.png', 'ours_infill.png']
 VERDICTS = {'holds', 'does not hold', 'below the practical floor', 'not resolvable at this size',
             'not judged: a run it compares did not learn'}
 PNG = b'\x89PNG\r\n\x1a\n'
@@ -47,7 +46,7 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
         assert (out / name).read_bytes().startswith(PNG), name
     results = json.loads((out / 'results.json').read_text())
     assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8', 'plateau', 'long',
-                                                          'length']
+                                                          'length', 'infill']
     md = (out / 'results.md').read_text()
     for finding in results['findings'][1:]:
         assert f"## {finding['finding']}. {finding['title']}" in md
@@ -59,7 +58,7 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
         for name in finding['figures']:
             assert f'![{name}]({name})' in md
     # length: against the encoder at each block, and at the longer one each variant against the encoder and rotary
-    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 6]
+    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 6, 2]
     timing = {c['claim']: c['numbers']['effect [95% interval] (n)'] for c in results['findings'][5]['claims']}
     assert [i['n'] for c, i in timing.items() if 'generates faster' in c or 'grows with the sequence' in c] == \
         ['2 timing repeats'] * 2
@@ -277,7 +276,7 @@ def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     assert args['position_encoding'] == 'rotary_plain' and args['seed'] == 1 and args['block_size'] == 32
     args = json.loads((out / 'runs' / 'mixed-long-rotary-s1' / 'args.json').read_text())
     assert (args['block_size'], args['batch_size'], args['position_encoding']) == (64, 2, 'rotary')
-    plateau, long, length = results['findings'][-3:]
+    plateau, long, length, infill = results['findings'][-4:]
     assert plateau['title'].startswith('(Ours)') and long['title'].startswith('(Ours)')
     args = json.loads((out / 'runs' / 'encoder-block64-s1' / 'args.json').read_text())
     assert (args['block_size'], args['batch_size'], args['architecture']) == (64, 2, 'encoder')
@@ -285,10 +284,10 @@ def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     by_context = json.loads((out / 'runs' / 'encoder-block64-s1' / 'by_context.json').read_text())
     assert len(by_context['share']) == 10 and all(math.isfinite(v) for v in by_context['share'])
     assert set(by_context['distance']) <= {'1', '2', '4', '8', '16', '32', '64', 'none'}
-    for finding, n in ((plateau, '2 vs 2 runs'), (long, '2 vs 2 runs'), (length, '2 vs 2 runs')):
+    for finding in (plateau, long, length, infill):
         for claim in finding['claims']:
             interval = claim['numbers']['effect [95% interval] (n)']
-            assert claim['claim'].startswith('(Ours)') and interval['n'] == n
+            assert claim['claim'].startswith('(Ours)') and interval['n'] == '2 vs 2 runs'
             assert interval['low'] <= interval['effect'] <= interval['high']
     numbers = plateau['claims'][0]['numbers']
     left = {k: v for k, v in numbers.items() if 'first iteration 0.1 nats below the unigram entropy' in k}

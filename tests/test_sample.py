@@ -283,8 +283,12 @@ def test_cli_infill(checkpoint):
                      '--steps=4', '--infill=ROMEO:[MASK:10] the [MASK:5].', cwd=checkpoint)
     texts = samples(out.stdout)
     assert len(texts) == 3
-    for t in texts:
-        assert len(t) == 27 and t[:6] == 'ROMEO:' and t[16:21] == ' the ' and t[26] == '.', t
+    for t in texts:  # each generated span between the default fill_marks
+        assert len(t) == 31 and t[:7] == 'ROMEO:«' and t[17:24] == '» the «' and t[29:] == '».', t
+    out = run_script('sample.py', '--out_dir=out-char', '--num_samples=3', '--device=cpu', '--order=random',
+                     '--steps=4', '--infill=ROMEO:[MASK:10] the [MASK:5].', '--fill_marks=', cwd=checkpoint)
+    plain = samples(out.stdout)
+    assert plain == [t.replace('«', '').replace('»', '') for t in texts]  # the same samples, unmarked
 
 
 @pytest.mark.parametrize('args,parts', [

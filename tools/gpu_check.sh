@@ -38,7 +38,8 @@ if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none 
     LONG=(--max_iters=4 --eval_interval=2 --warmup_iters=2 --lr_decay_iters=4)
     BATCHES=2  # one batch: each compiles its graphs
     SYNC=()
-    SPECULATE=(--speculate_k=4 --compile=False)  # compiling a graph for each k and batch takes minutes here
+    SPECULATE=(--speculate_k=4 --compile=False --batch_size=2)  # compiling a graph for each k and batch takes
+                                                                 # minutes here, a batch of 16 at 50k tokens a minute
 else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     SCALE=(--device=cuda --dtype=bfloat16)
     BLOCK=1024
@@ -52,8 +53,9 @@ else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
           --lr_decay_iters=1000)
     BATCHES=1,16,64
     SYNC=(--sync_check=True --step_profile=True)
-    SPECULATE=(--speculate_k=4,auto --compile=True)  # auto: 8 at batch 1, none at 16 with GPT-2's vocabulary (the CPU's
-                                                     # rule): k=4 tries it; a graph for each k and batch compiles
+    # auto: 8 at batch 1, none at 16 with GPT-2's vocabulary (the CPU's rule): k=4 tries it; a graph for each k and
+    # batch compiles
+    SPECULATE=(--speculate_k=4,auto --compile=True --batch_size=16)
 fi
 
 step() {  # step KEY NAME SECONDS COMMAND...: run COMMAND under a time limit if ONLY has KEY; its output's end goes
@@ -130,7 +132,7 @@ for pe in learned rotary; do  # rotary learns the corpus faster (docs/training.m
 done
 step speculate 'speculative decoding' 200 python3 bench.py --run=speculate "${MODEL[@]}" "${SCALE[@]}" \
     "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
-    --speculate_tokens=$((BLOCK / 4)) --batch_size=16 --rounds=2
+    --speculate_tokens=$((BLOCK / 4)) --rounds=2
 step train 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
     config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary --overwrite=True \
     "${SHORT[@]}" "${TINY[@]}"
