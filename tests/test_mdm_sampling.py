@@ -209,8 +209,8 @@ def test_cli_infill_from_the_encoder(workdir, mdm_ckpt):
                      '--steps=20', '--infill=ROMEO:[MASK:10] the [MASK:5].', cwd=workdir)
     texts = samples(out.stdout)
     assert len(texts) == 3
-    for t in texts:
-        assert len(t) == 27 and t[:6] == 'ROMEO:' and t[16:21] == ' the ' and t[26] == '.', t
+    for t in texts:  # each generated span between sample.py's fill_marks
+        assert len(t) == 31 and t[:7] == 'ROMEO:«' and t[17:24] == '» the «' and t[29:] == '».', t
 
 
 def test_cli_gen_ppl_of_encoder_samples(workdir, mdm_ckpt, char_ckpt):

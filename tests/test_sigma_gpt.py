@@ -126,7 +126,7 @@ def test_recipe_trains_and_resumes_exactly(workdir, sigma_ckpt):
 @pytest.mark.parametrize('args,length,prefix,suffix', [
     (['--order=l2r', '--start=ROMEO:'], 32, 'ROMEO:', ''),
     (['--order=random', '--steps=8'], 32, '', ''),
-    (['--order=confidence', '--steps=4', '--infill=ROMEO:[MASK:10].'], 17, 'ROMEO:', '.'),
+    (['--order=confidence', '--steps=4', '--infill=ROMEO:[MASK:10].'], 19, 'ROMEO:«', '».'),  # the span marked
 ])
 def test_checkpoint_samples(workdir, sigma_ckpt, args, length, prefix, suffix):
     out = run_script('sample.py', f'--out_dir={sigma_ckpt}', '--num_samples=2', '--device=cpu', *args, cwd=workdir)
