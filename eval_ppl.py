@@ -225,9 +225,10 @@ def main(given=()):
     results = {}
     for name, chunks in sets.items():
         t0 = time.time()
-        if gap_settings:
+        if gap_settings:  # the left-to-right pass serves every gap setting
+            l2r = None if encoder else l2r_rows(model, chunks, hf, l2r_ctx, f'{name} l2r')
             results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only,
-                                                          l2r_ctx) for kind, size in gap_settings}
+                                                          l2r, l2r_ctx) for kind, size in gap_settings}
             continue
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
@@ -286,7 +287,17 @@ def describe_gap_columns(source, hf, encoder, l2r_only):
               'ensembles of random orders of the gap (ensemble=2..: the log of the mean of their probabilities)')
 
 
-def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r_ctx):
+def l2r_rows(model, chunks, hf, l2r_ctx, desc):
+    """A decoder's or Hugging Face model's log p(x_i | x_<i) of every token of every chunk: (N, n), position 0 a
+    Hugging Face model's 0 (unscored: it has no context)."""
+    if hf:
+        l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, desc).view(len(chunks), -1)
+        return torch.cat([torch.zeros(len(chunks), 1), l2r], 1)
+    on = next(model.parameters()).device
+    return torch.stack([decoder_l2r_logprobs(model, x.to(on), l2r_ctx) for x in chunks])
+
+
+def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r, l2r_ctx):
     """One gap setting on one set: the gaps' count and tokens, the NLL per gap token (nats) in each column the model
     has, and each chunk's (chunk_nll, for paired comparisons); an encoder's NELBO bound with its s.e. over chunks."""
     t0 = time.time()
@@ -294,7 +305,7 @@ def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r_ctx):
     if hf:  # the first token has no context: a Hugging Face model does not score it
         positions = [g[g > 0] for g in positions]
     lengths = torch.tensor([len(g) for g in positions], dtype=torch.float64)
-    columns, nelbo = gap_logprobs(model, chunks, positions, hf, encoder, l2r_only, l2r_ctx, f'{name} {kind}:{size}')
+    columns, nelbo = gap_logprobs(model, chunks, positions, encoder, l2r_only, l2r, l2r_ctx, f'{name} {kind}:{size}')
     nll = {k: (-v.sum() / lengths.sum()).item() for k, v in columns.items()}
     chunk_nll = {k: (-v / lengths).tolist() for k, v in columns.items()}
     if nelbo is not None:
@@ -305,24 +316,19 @@ def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r_ctx):
                 seconds=round(time.time() - t0, 2))
 
 
-def gap_logprobs(model, chunks, gaps, hf, encoder, l2r_only, l2r_ctx, desc):
+def gap_logprobs(model, chunks, gaps, encoder, l2r_only, l2r, l2r_ctx, desc):
     """Each chunk's log p(gap | what the model reads of the rest), (N,), in each column the model has: 'left' (each
-    gap token given all before it), 'gap_l2r' and 1, 2, ... (the rest read first, then the gap left to right, in
-    random orders, and the mixtures of 2, ... of those), an encoder's 'revealed' (the gap revealed left to right);
-    and an encoder's NELBO per gap token (None for a decoder)."""
+    gap token given all before it, from l2r_rows' l2r), 'gap_l2r' and 1, 2, ... (the rest read first, then the gap
+    left to right, in random orders, and the mixtures of 2, ... of those), an encoder's 'revealed' (the gap revealed
+    left to right); and an encoder's NELBO per gap token (None for a decoder)."""
     ctx = autocast(device, dtype)
-    if hf:
-        l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, desc).view(len(chunks), -1)
-        return {'left': left_gap_logprobs(torch.cat([torch.zeros(len(chunks), 1), l2r], 1), gaps)}, None
     if encoder:
         columns = {}
         if encoder_l2r:
             revealed = encoder_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, f'{desc} revealed', gaps=gaps)[0]
             columns['revealed'] = torch.stack([g.double().sum() for g in revealed.split([len(g) for g in gaps])])
         return columns, nelbo_estimates(model, chunks, mc_samples, max_tokens, seed, ctx, f'{desc} NELBO', gaps=gaps)
-    on = next(model.parameters()).device
-    columns = {'left': left_gap_logprobs(torch.stack([decoder_l2r_logprobs(model, x.to(on), l2r_ctx) for x in chunks]),
-                                         gaps)}
+    columns = {'left': left_gap_logprobs(l2r, gaps)}
     if not l2r_only:
         scores = decoder_gap_logprobs(model, chunks, gaps, ensemble, max_tokens, seed, ctx, desc)
         columns['gap_l2r'] = scores[:, 0]
