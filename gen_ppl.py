@@ -8,6 +8,7 @@ of sampling settings in one run (the AO-GPT paper's Table 2).
         --steps=64,128,256,512,1024 --temperature=1.0,0.9,0.7 --top_p=1.0,0.95,0.95 --pair_settings \\
         --top_p_mode=authors                                               # the paper's Table 2
     python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --speculate=8 # one token per step, speculatively
+    python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --infill="ROMEO: [MASK:20] my lord." --sides=both
 
 For each point of the grid, steps x temperature x top_p (comma lists; with --pair_settings the i-th
 temperature goes with the i-th top_p instead), num_samples samples are drawn with sample.py's
@@ -22,8 +23,13 @@ scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-
 such as gpt2-large, or a folder written by save_pretrained; needs transformers), or one of our
 decoder checkpoints (a .pt file or hf:owner/repo/file.pt; an encoder has no cheap left-to-right
 reading), read in the identity order with its EMA weights (its raw ones if it has none; the output
-says which; --use_ema is the sampler's). Every generated
-token but the first of the sample is scored, with no BOS; prompt tokens are not scored.
+says which; --use_ema is the sampler's). Every generated token but the first of the sample is
+scored, with no BOS; prompt tokens are not scored. --sides=both scores infills: every generated
+token given every known token of its sample (the prompt on both sides of the gaps, read first, left
+to right) and the generated ones before it, the exact NLL of the gaps given the rest, as eval_ppl.py
+--gaps reads a chunk; the scorer must be one of our any-order decoder checkpoints (AO-GPT or
+sigma-GPT, not trained with --order=l2r). Given a prefix prompt, both sides settings read the same
+tokens in the same order.
 
 Per grid point: gen PPL, the mean and (population) std over samples of exp(mean token NLL of the
 sample) as the authors report it; pooled PPL, exp(mean NLL over all the scored tokens); entropy,
@@ -43,11 +49,11 @@ import torch
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
-                    int_at_least, load_tokenizer, parse_list, print_table, prompt_tokens, read_checkpoint, read_jsonl,
-                    sampling_options, same_vocab, speculation_k)
+                    int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens, read_checkpoint,
+                    read_jsonl, sampling_options, same_vocab, speculation_k)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate_many
-from scoring import load_scorer, score_samples, summarize
+from scoring import SIDES, load_scorer, score_samples, summarize
 
 # -----------------------------------------------------------------------------
 globals().update(SAMPLING_SETTINGS)  # the sampler's settings, as sample.py's (common.py); the grid's are comma lists:
@@ -58,6 +64,7 @@ pair_settings = False  # True: temperature[i] goes with top_p[i], instead of eve
 samples = ''  # a samples .jsonl written by an earlier run: score it instead of sampling
 samples_out = 'samples.jsonl'  # where the new samples go
 scorer = 'gpt2-large'  # a Hugging Face causal LM (name or folder), or our checkpoint (.pt path or hf:...)
+sides = 'left'  # what the scorer reads before a generated token: 'left', the tokens before it; 'both', every known one
 num_samples = 16  # per grid point
 batch_size = 16  # samples drawn at once
 score_batch_size = 8  # samples scored at once
@@ -84,7 +91,7 @@ def grid():
 def check_inputs():
     at_least_one = int_at_least(1)
     check_settings(globals(), {'num_samples': at_least_one, 'batch_size': at_least_one,
-                               'score_batch_size': at_least_one})
+                               'score_batch_size': at_least_one, 'sides': one_of(*SIDES)})
     check_sampling(globals())
     for key in ('out_json', 'samples_out'):
         path = globals()[key]
@@ -192,7 +199,7 @@ def main():
         ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
         points = [(check_steps(s, known.count(False), order, speculate), t, p) for s, t, p in points]
         length = len(ids)
-    nll, scorer_tokens, context, scorer_weights = load_scorer(scorer, device)
+    score, scorer_tokens, context, scorer_weights = load_scorer(scorer, device, sides)
     check_scorer(scorer, vocab, length, scorer_tokens, context)
 
     if not samples:
@@ -202,12 +209,13 @@ def main():
     groups = collections.defaultdict(list)  # grid point -> its records, in the order of the file
     for r in records:
         groups[tuple(r.get(k) for k in SETTINGS)].append(r)
-    results = [dict(zip(SETTINGS, key), **summarize(group, score_samples(group, nll, score_batch_size, device)),
+    results = [dict(zip(SETTINGS, key), **summarize(group, score_samples(group, score, score_batch_size, device)),
                     speculation=group[0].get('speculation')) for key, group in groups.items()]
-    report(results, scorer + (f' ({scorer_weights} weights)' if scorer_weights else ''))
+    report(results, scorer + (f' ({scorer_weights} weights)' if scorer_weights else '') +
+           (', each generated token given every known one (--sides=both)' if sides == 'both' else ''))
     if out_json:
         with open(out_json, 'w') as f:
-            json.dump(dict(scorer=scorer, scorer_weights=scorer_weights, samples=samples or samples_out,
+            json.dump(dict(scorer=scorer, scorer_weights=scorer_weights, sides=sides, samples=samples or samples_out,
                            results=results), f, indent=2)
         print(f'wrote {out_json}')
 

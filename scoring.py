@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 from contextlib import nullcontext
+from functools import partial
 from itertools import islice
 
 import torch
@@ -20,7 +21,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from checkpoints import GPT2_VOCAB, checkpoint_tokens, weights_read
+from checkpoints import GPT2_VOCAB, checkpoint_tokens, training_record, weights_read
 from common import fail, find_checkpoint, is_hf_model, load_hf_causal_lm, read_checkpoint, release_freed_memory
 
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
@@ -405,23 +406,36 @@ def left_gap_logprobs(l2r, gaps):
 
 
 # -----------------------------------------------------------------------------
-# samples: a scorer's NLL of their tokens, left to right, and their statistics
+# samples: a scorer's NLL of their generated tokens, given the tokens to their left or every known one
 
-def load_scorer(name, device):
-    """nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before; its vocabulary (what the ids mean, as
-    checkpoint_vocab says it, and how many), the longest sequence it reads, and which weights of a
-    checkpoint scorer it reads ('EMA' or 'raw'; None for a Hugging Face model)."""
+SIDES = ('left', 'both')
+
+
+def load_scorer(name, device, sides='left'):
+    """score(x, generated) -> each row's NLL of its scored tokens, for the token ids x (B, T) and which of them were
+    generated (B, T) bool, on the CPU; its vocabulary (what the ids mean, as checkpoint_vocab says it, and how
+    many), the longest sequence it reads, and which weights of a checkpoint scorer it reads ('EMA' or 'raw'; None
+    for a Hugging Face model). sides='left': each generated token but the sample's first, given the tokens before
+    it; 'both': every generated token, given every known token (read first, left to right) and the generated ones
+    before it (an any-order decoder checkpoint only)."""
     if not is_hf_model(name):
         model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
         if model.config.is_encoder:
             fail(f'the scorer {name} is an encoder checkpoint (architecture=encoder), which has no cheap left-to-right '
                  f'reading: score with a decoder checkpoint or a Hugging Face model (gpt2-large, ...)')
+        if sides == 'both' and training_record(checkpoint)['config'].get('order') == 'l2r':
+            fail(f'--sides=both reads the known tokens first, but the scorer {name} was trained left to right '
+                 f'(--order=l2r): score with an any-order checkpoint, or --sides=left')
 
         def nll(x):
             _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
             return loss[:, 1:].float()
-        return nll, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
+        score = partial(known_first_nlls, model) if sides == 'both' else partial(left_nlls, nll)
+        return score, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
             weights_read(checkpoint)
+    if sides == 'both':
+        fail(f'--sides=both reads the known tokens first, but the scorer {name} is a Hugging Face model, which reads '
+             f'left to right only: score with an any-order checkpoint of ours, or --sides=left')
     model = load_hf_causal_lm(name, device)
     if model.config.vocab_size < GPT2_VOCAB:
         fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
@@ -430,18 +444,34 @@ def load_scorer(name, device):
     def nll(x):
         logits = model(input_ids=x).logits[:, :-1].float()
         return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction='none')
-    return nll, ('gpt2', model.config.vocab_size), getattr(model.config, 'max_position_embeddings', None), None
+    return partial(left_nlls, nll), ('gpt2', model.config.vocab_size), \
+        getattr(model.config, 'max_position_embeddings', None), None
+
+
+def left_nlls(nll, x, generated):
+    """From nll(x) -> (B, T-1) NLL of x[:, 1:] given the tokens before: each row's generated tokens but the first."""
+    return [row[g[1:]] for row, g in zip(nll(x).cpu(), generated)]
+
+
+def known_first_nlls(model, x, generated):
+    """Each row's NLL of its generated tokens under a decoder that reads its known tokens first, left to right,
+    then the generated ones left to right: an infill's gaps given both sides, exactly."""
+    out = []
+    for row, g in zip(x, generated):
+        order = torch.cat([(~g).nonzero()[:, 0], g.nonzero()[:, 0]])
+        out.append(-order_logprobs(model, row, order[None], int((~g).sum()), max_tokens=len(row))[0].float())
+    return out
 
 
 @torch.no_grad()
-def score_samples(records, nll, batch_size, device):
-    """The NLL of every scored token (generated, not the first of the sample) of each record, scoring
-    batch_size records at once on device."""
+def score_samples(records, score, batch_size, device):
+    """The NLL of every scored token of each record (score: load_scorer's), scoring batch_size records at once on
+    device."""
     scored = []
     for b in tqdm(range(0, len(records), batch_size), desc='scoring', leave=False):
         batch = records[b:b + batch_size]
         x = torch.tensor([r['tokens'] for r in batch], device=device)
-        scored += [row[generated(r)[1:]] for r, row in zip(batch, nll(x).cpu())]
+        scored += score(x, torch.stack([generated(r) for r in batch]))
     return scored
 
 

@@ -393,6 +393,15 @@ def tiny_mdm(seed=0, **kw):
     return model
 
 
+def one_forward_logprob(model, x, read, target):
+    """log p(x[target] | x[read], read in that order), from a forward of those slots alone, every slot through the
+    head."""
+    positions = torch.cat([torch.tensor([-1]), read])
+    logits = model.forward_slots(x[positions.clamp(min=0)][None], positions[None],
+                                 torch.cat([read, torch.tensor([target])])[None])[0, -1]
+    return F.log_softmax(logits.double(), -1)[x[target]].item()
+
+
 def nll_given(model, x, context):
     """-log p(x_i | x at the positions in context) for every position i: (N,), float64."""
     mask = torch.tensor([i not in context for i in range(len(x))])

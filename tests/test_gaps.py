@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from conftest import (N_EXACT, TINY_BLOCK as T, nll_given, one_line_error, run_script, says, tiny_mdm, tiny_model,
-                      train)
+from conftest import (N_EXACT, TINY_BLOCK as T, nll_given, one_forward_logprob, one_line_error, run_script, says,
+                      tiny_mdm, tiny_model, train)
 from scoring import (chunk_gap, content_seed, decoder_gap_logprobs, encoder_l2r_logprobs, gap_orders,
                      left_gap_logprobs, nelbo_estimates)
 
@@ -23,15 +23,6 @@ DECODER_IDS = ['ao-gpt-learned', 'ao-gpt-rotary', 'sigma-gpt']
 
 def chunks(n_chunks, n=T, vocab=11, seed=0):
     return torch.randint(vocab, (n_chunks, n), generator=torch.Generator().manual_seed(seed))
-
-
-def one_forward_logprob(model, x, read, target):
-    """log p(x[target] | x[read], read in that order), from a forward of those slots alone, every slot through the
-    head."""
-    positions = torch.cat([torch.tensor([-1]), read])
-    logits = model.forward_slots(x[positions.clamp(min=0)][None], positions[None],
-                                 torch.cat([read, torch.tensor([target])])[None])[0, -1]
-    return F.log_softmax(logits.double(), -1)[x[target]].item()
 
 
 @pytest.mark.parametrize('kind', DECODERS, ids=DECODER_IDS)

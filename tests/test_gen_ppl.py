@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common import read_checkpoint
-from conftest import one_line_error, run_here, says, stored_checkpoint, tiny_model
+from conftest import one_forward_logprob, one_line_error, run_here, says, stored_checkpoint, tiny_model
 from scoring import load_scorer, score_samples, summarize, unigram_entropy
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -77,6 +77,49 @@ def test_checkpoint_scorer_reads_left_to_right(tmp_path):
     for got, expected in zip(scored, nlls):
         torch.testing.assert_close(got, torch.tensor(expected), atol=1e-5, rtol=0)
     check_summary(records, scored, rows)
+
+
+def known_first_nlls_by_hand(model, row, known):
+    """-log p of each generated token of a sample, by one forward per token over the known tokens left to right,
+    then the generated ones before it."""
+    read, nlls = list(known), []
+    for p in [p for p in range(len(row)) if p not in known]:
+        nlls.append(-one_forward_logprob(model, torch.tensor(row), torch.tensor(read, dtype=torch.long), p))
+        read.append(p)
+    return torch.tensor(nlls, dtype=torch.float64)
+
+
+@pytest.mark.parametrize('kind', [dict(), dict(position_encoding='rotary'), dict(target_injection='add')],
+                         ids=['ao-gpt-learned', 'ao-gpt-rotary', 'sigma-gpt'])
+def test_both_sides_scores_each_generated_token_given_every_known_one(tmp_path, kind):
+    model = tiny_model(**kind)
+    path = tmp_path / 'ckpt.pt'
+    torch.save(dict(model=model.state_dict(), model_args=vars(model.config), vocab='abcdefghijk'), path)
+    rows = torch.randint(11, (5, 16), generator=torch.Generator().manual_seed(2)).tolist()
+    known_positions = [[0, 1, 2, 9, 10, 15], [4, 5, 6, 7], [0, 1, 2, 3], [], [3, 12]]  # 2 gaps, one at each end,
+    records = records_of(rows, known_positions)  # a prefix prompt, nothing known, scattered known tokens
+    score, tokens, context, weights = load_scorer(str(path), 'cpu', 'both')
+    assert (tokens, context, weights) == (('abcdefghijk', 11), 16, 'raw')
+    scored = score_samples(records, score, 2, 'cpu')
+    with torch.no_grad():
+        for row, known, got in zip(rows, known_positions, scored):
+            torch.testing.assert_close(got.double(), known_first_nlls_by_hand(model, row, known), atol=1e-5, rtol=0)
+    left, *_ = load_scorer(str(path), 'cpu', 'left')  # a prefix prompt: read left to right either way
+    torch.testing.assert_close(score_samples(records[2:3], left, 1, 'cpu')[0], scored[2], atol=1e-6, rtol=0)
+
+
+def test_infills_scored_given_both_sides(workdir, char_ckpt, capsys):
+    results = run_gen_ppl(workdir, f'--out_dir={char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt', '--sides=both',
+                          '--infill=ROMEO: [MASK:6] my lord[MASK:3].', '--num_samples=3', '--batch_size=3',
+                          '--samples_out=infill.jsonl', '--out_json=gen.json')
+    assert 'each generated token given every known one (--sides=both)' in capsys.readouterr().out
+    assert json.loads((workdir / 'gen.json').read_text())['sides'] == 'both'
+    lines = [json.loads(line) for line in (workdir / 'infill.jsonl').read_text().splitlines()]
+    model, _ = read_checkpoint(workdir / char_ckpt / 'ckpt.pt')
+    with torch.no_grad():
+        by_hand = [known_first_nlls_by_hand(model, r['tokens'], r['known_positions']) for r in lines]
+    assert all(len(nll) == 9 for nll in by_hand)  # the gaps' 9 tokens, each scored
+    assert results[0]['sample_nll'] == pytest.approx([nll.mean().item() for nll in by_hand], abs=1e-5)
 
 
 def test_unigram_entropy_by_hand():
@@ -189,6 +232,8 @@ def sample_files(workdir):
     (workdir / 'allknown.jsonl').write_text(json.dumps(sample | dict(known_positions=[1, 2, 3])) + '\n')
     model = tiny_model(vocab_size=96, block_size=32)  # no characters stored, and 96 ids
     torch.save(dict(model=model.state_dict(), model_args=vars(model.config)), workdir / 'sized.pt')
+    torch.save(dict(model=model.state_dict(), model_args=vars(model.config), config=dict(order='l2r')),
+               workdir / 'l2r.pt')
     return workdir
 
 
@@ -210,6 +255,9 @@ def sample_files(workdir):
     (['--start=ROMEO:', '--infill=JULIET: [MASK:5]'], ('--start', '--infill', 'both give the prompt')),
     (['--scorer=sized.pt'], ('65-character', 'scorer sized.pt', 'reads the ids of a 96-token')),
     (['--scorer={out_dir}'], ('{out_dir} is a folder without a config.json', '{out_dir}/ckpt.pt')),  # a run folder
+    (['--sides=middle'], ('--sides', 'one of left, both', "got 'middle'")),
+    (['--scorer={gpt2}', '--sides=both'], ('--sides=both', '{gpt2} is a Hugging Face model', 'left to right only')),
+    (['--scorer=l2r.pt', '--sides=both'], ('--sides=both', 'l2r.pt was trained left to right', '--sides=left')),
 ])
 def test_bad_input_is_one_line(sample_files, char_ckpt, tiny_gpt2, args, parts):
     names = dict(gpt2=tiny_gpt2, out_dir=char_ckpt)
