@@ -43,6 +43,17 @@ if 'PYTEST_XDIST_WORKER' in os.environ:
     torch.set_num_threads(1)
 
 
+# the files that take longest (pytest --durations), run first: a worker per core takes a file at a time
+# (pytest.ini), and a long file started last runs alone while the other cores idle
+LONGEST_FIRST = ('test_real_shapes.py', 'test_train.py', 'test_findings.py', 'test_bench.py', 'test_gpu_paths.py',
+                 'test_speculative.py')
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     for mark in item.iter_markers('needs'):  # before the fixtures: a skipped test trains nothing

@@ -77,7 +77,7 @@ def test_rotary_decoder_trains_samples_and_evaluates(workdir, bpe_ckpt):
                                 '--position_encoding=rotary', '--dtype=float32', '--compile=False', '--n_layer=2',
                                 '--n_head=2', '--n_embd=64', '--cond_dim=32', '--block_size=1024', '--batch_size=2',
                                 '--max_iters=1', '--eval_interval=1', '--eval_iters=1', '--warmup_iters=0',
-                                '--lr_decay_iters=1', cwd=workdir)
+                                '--lr_decay_iters=1', '--gradient_accumulation_steps=1', cwd=workdir)
     print(f'train.py --position_encoding=rotary, block 1024: peak {peak:.0f} MB')
     assert stored_checkpoint(workdir, 'out-real-rotary')['model_args']['position_encoding'] == 'rotary'
     assert 'nan' not in out and peak < 4000
