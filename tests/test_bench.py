@@ -24,7 +24,7 @@ def test_arch_compares_the_three_architectures(tmp_path, one_thread):
 def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
     out = run_script('bench.py', '--run=speculate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--batch_size=2', '--vocab_size=50', '--sample_block_size=32', '--sample_steps=4',
-                     '--speculate_k=2,8,auto', '--speculate_tokens=24', cwd=tmp_path).stdout
+                     '--speculate_k=2,8,auto', '--speculate_tokens=24', '--rounds=1', cwd=tmp_path).stdout
     lines = out.splitlines()
     assert '24 tokens per sample' in out
     rows = [line.replace('auto (', 'auto(').split()
@@ -62,6 +62,7 @@ def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
     assert 'rotary cost' in out, out
 
 
+@pytest.mark.slow  # torch.compile
 def test_step_compares_eager_and_compiled(tmp_path, one_thread):
     out = run_script('bench.py', '--run=step', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--vocab_size=50', '--sample_block_size=16', '--sample_steps=16', '--step_tokens=8',

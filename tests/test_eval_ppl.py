@@ -236,6 +236,7 @@ def test_evaluation_keeps_no_graph():
     assert not l2r.requires_grad and not members.requires_grad
 
 
+@pytest.mark.slow  # 200 chunks through the GPT-2 vocabulary's head
 def test_memory_is_flat_in_the_number_of_chunks(workdir, bpe_ckpt):
     # a 50,304-token head: a kept graph would cost ~20 MB a chunk, 4 GB over the 200 chunks
     runs = {}
