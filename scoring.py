@@ -421,8 +421,9 @@ def load_scorer(name, device, sides='left'):
     if not is_hf_model(name):
         model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
         if model.config.is_encoder:
-            fail(f'the scorer {name} is an encoder checkpoint (architecture=encoder), which has no cheap left-to-right '
-                 f'reading: score with a decoder checkpoint or a Hugging Face model (gpt2-large, ...)')
+            fail(f'the scorer {name} is an encoder checkpoint (architecture=encoder), which has no cheap reading one '
+                 f'token after another: score with a decoder checkpoint' +
+                 (' or a Hugging Face model (gpt2-large, ...)' if sides == 'left' else ' of ours (AO-GPT or sigma-GPT)'))
         if sides == 'both' and training_record(checkpoint)['config'].get('order') == 'l2r':
             fail(f'--sides=both reads the known tokens first, but the scorer {name} was trained left to right '
                  f'(--order=l2r): score with an any-order checkpoint, or --sides=left')

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common import read_checkpoint
-from conftest import one_forward_logprob, one_line_error, run_here, says, stored_checkpoint, tiny_model
+from conftest import one_forward_logprob, one_line_error, run_here, says, stored_checkpoint, tiny_mdm, tiny_model
 from scoring import load_scorer, score_samples, summarize, unigram_entropy
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -234,6 +234,8 @@ def sample_files(workdir):
     torch.save(dict(model=model.state_dict(), model_args=vars(model.config)), workdir / 'sized.pt')
     torch.save(dict(model=model.state_dict(), model_args=vars(model.config), config=dict(order='l2r')),
                workdir / 'l2r.pt')
+    encoder = tiny_mdm()
+    torch.save(dict(model=encoder.state_dict(), model_args=vars(encoder.config)), workdir / 'encoder.pt')
     return workdir
 
 
@@ -258,6 +260,8 @@ def sample_files(workdir):
     (['--sides=middle'], ('--sides', 'one of left, both', "got 'middle'")),
     (['--scorer={gpt2}', '--sides=both'], ('--sides=both', '{gpt2} is a Hugging Face model', 'left to right only')),
     (['--scorer=l2r.pt', '--sides=both'], ('--sides=both', 'l2r.pt was trained left to right', '--sides=left')),
+    (['--scorer=encoder.pt'], ('encoder.pt is an encoder checkpoint', 'a decoder checkpoint or a Hugging Face')),
+    (['--scorer=encoder.pt', '--sides=both'], ('encoder.pt is an encoder checkpoint', 'AO-GPT or sigma-GPT')),
 ])
 def test_bad_input_is_one_line(sample_files, char_ckpt, tiny_gpt2, args, parts):
     names = dict(gpt2=tiny_gpt2, out_dir=char_ckpt)
