@@ -21,15 +21,16 @@ sampling.
 
 scorer reads the samples left to right: a Hugging Face causal LM that reads GPT-2 BPE ids (a name
 such as gpt2-large, or a folder written by save_pretrained; needs transformers), or one of our
-decoder checkpoints (a .pt file or hf:owner/repo/file.pt; an encoder has no cheap left-to-right
-reading), read in the identity order with its EMA weights (its raw ones if it has none; the output
-says which; --use_ema is the sampler's). Every generated token but the first of the sample is
-scored, with no BOS; prompt tokens are not scored. --sides=both scores infills: every generated
-token given every known token of its sample (the prompt on both sides of the gaps, read first, left
-to right) and the generated ones before it, the exact NLL of the gaps given the rest, as eval_ppl.py
---gaps reads a chunk; the scorer must be one of our any-order decoder checkpoints (AO-GPT or
-sigma-GPT, not trained with --order=l2r). Given a prefix prompt, both sides settings read the same
-tokens in the same order.
+checkpoints (a .pt file or hf:owner/repo/file.pt) with its EMA weights (its raw ones if it has
+none; the output says which; --use_ema is the sampler's): a decoder read in the identity order, an
+encoder exactly, each scored token read with the positions from it on masked (one forward per
+token: O(T^2) work a sample). Every generated token but the first of the sample is scored, with no
+BOS; prompt tokens are not scored. --sides=both scores infills: every generated token given every
+known token of its sample (the prompt on both sides of the gaps, read first, left to right) and the
+generated ones before it, the exact NLL of the gaps given the rest, as eval_ppl.py --gaps reads a
+chunk; the scorer must be one of our checkpoints (a decoder trained in any order, not with
+--order=l2r; an encoder with only the generated positions from the token on masked). Given a prefix
+prompt, both settings read the same tokens in the same order.
 
 Per grid point: gen PPL, the mean and (population) std over samples of exp(mean token NLL of the
 sample) as the authors report it; pooled PPL, exp(mean NLL over all the scored tokens); entropy,

@@ -417,13 +417,9 @@ def load_scorer(name, device, sides='left'):
     many), the longest sequence it reads, and which weights of a checkpoint scorer it reads ('EMA' or 'raw'; None
     for a Hugging Face model). sides='left': each generated token but the sample's first, given the tokens before
     it; 'both': every generated token, given every known token (read first, left to right) and the generated ones
-    before it (an any-order decoder checkpoint only)."""
+    before it (our checkpoints only). An encoder is read exactly, one forward per scored token."""
     if not is_hf_model(name):
         model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
-        if model.config.is_encoder:
-            fail(f'the scorer {name} is an encoder checkpoint (architecture=encoder), which has no cheap reading one '
-                 f'token after another: score with a decoder checkpoint' +
-                 (' or a Hugging Face model (gpt2-large, ...)' if sides == 'left' else ' of ours (AO-GPT or sigma-GPT)'))
         if sides == 'both' and training_record(checkpoint)['config'].get('order') == 'l2r':
             fail(f'--sides=both reads the known tokens first, but the scorer {name} was trained left to right '
                  f'(--order=l2r): score with an any-order checkpoint, or --sides=left')
@@ -431,7 +427,8 @@ def load_scorer(name, device, sides='left'):
         def nll(x):
             _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
             return loss[:, 1:].float()
-        score = partial(known_first_nlls, model) if sides == 'both' else partial(left_nlls, nll)
+        score = partial(encoder_nlls, model, sides) if model.config.is_encoder else \
+            partial(known_first_nlls, model) if sides == 'both' else partial(left_nlls, nll)
         return score, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
             weights_read(checkpoint)
     if sides == 'both':
@@ -462,6 +459,18 @@ def known_first_nlls(model, x, generated):
         order = torch.cat([(~g).nonzero()[:, 0], g.nonzero()[:, 0]])
         out.append(-order_logprobs(model, row, order[None], int((~g).sum()), max_tokens=len(row))[0].float())
     return out
+
+
+def encoder_nlls(model, sides, x, generated):
+    """Each row's NLL of its scored tokens under an encoder, revealed left to right (encoder_l2r_logprobs): with
+    sides='left' every later position masked, with 'both' only the generated ones; a forward of the batch's size
+    per scored token."""
+    x, max_tokens = x.cpu(), x.numel()
+    if sides == 'both':
+        gaps = [g.nonzero()[:, 0] for g in generated]
+        return list((-encoder_l2r_logprobs(model, x, max_tokens, gaps=gaps)[0]).split([len(g) for g in gaps]))
+    nll = -encoder_l2r_logprobs(model, x, max_tokens, first=1)[0].view(len(x), -1)
+    return [row[g[1:]] for row, g in zip(nll, generated)]
 
 
 @torch.no_grad()

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from common import read_checkpoint
-from conftest import one_forward_logprob, one_line_error, run_here, says, stored_checkpoint, tiny_mdm, tiny_model
-from scoring import load_scorer, score_samples, summarize, unigram_entropy
+from conftest import (nll_given, one_forward_logprob, one_line_error, run_here, says, stored_checkpoint, tiny_mdm,
+                      tiny_model)
+from scoring import SIDES, load_scorer, score_samples, summarize, unigram_entropy
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
@@ -106,6 +107,26 @@ def test_both_sides_scores_each_generated_token_given_every_known_one(tmp_path, 
             torch.testing.assert_close(got.double(), known_first_nlls_by_hand(model, row, known), atol=1e-5, rtol=0)
     left, *_ = load_scorer(str(path), 'cpu', 'left')  # a prefix prompt: read left to right either way
     torch.testing.assert_close(score_samples(records[2:3], left, 1, 'cpu')[0], scored[2], atol=1e-6, rtol=0)
+
+
+def test_an_encoder_scores_each_token_revealed_left_to_right(tmp_path):
+    model = tiny_mdm()
+    path = tmp_path / 'encoder.pt'
+    torch.save(dict(model=model.state_dict(), model_args=vars(model.config)), path)
+    n = model.config.block_size
+    rows = torch.randint(model.mask_id, (4, n), generator=torch.Generator().manual_seed(3)).tolist()
+    known_positions = [[0, 4], [1, 2], [], [0, 1]]  # a known token after the generated ones; inside; none; a prefix
+    records = records_of(rows, known_positions)
+    for sides in SIDES:
+        score, *_ = load_scorer(str(path), 'cpu', sides)
+        with torch.no_grad():
+            for row, known, got in zip(rows, known_positions, score_samples(records, score, 3, 'cpu')):
+                generated = [p for p in range(n) if p not in known]
+                given = {'left': lambda p: set(range(p)),  # every position from p on masked; the first not scored
+                         'both': lambda p: set(known) | {q for q in generated if q < p}}[sides]
+                expected = [nll_given(model, torch.tensor(row), given(p))[p] for p in generated
+                            if sides == 'both' or p > 0]
+                torch.testing.assert_close(got.double(), torch.stack(expected), atol=1e-5, rtol=0)
 
 
 def test_infills_scored_given_both_sides(workdir, char_ckpt, capsys):
@@ -234,8 +255,6 @@ def sample_files(workdir):
     torch.save(dict(model=model.state_dict(), model_args=vars(model.config)), workdir / 'sized.pt')
     torch.save(dict(model=model.state_dict(), model_args=vars(model.config), config=dict(order='l2r')),
                workdir / 'l2r.pt')
-    encoder = tiny_mdm()
-    torch.save(dict(model=encoder.state_dict(), model_args=vars(encoder.config)), workdir / 'encoder.pt')
     return workdir
 
 
@@ -260,8 +279,6 @@ def sample_files(workdir):
     (['--sides=middle'], ('--sides', 'one of left, both', "got 'middle'")),
     (['--scorer={gpt2}', '--sides=both'], ('--sides=both', '{gpt2} is a Hugging Face model', 'left to right only')),
     (['--scorer=l2r.pt', '--sides=both'], ('--sides=both', 'l2r.pt was trained left to right', '--sides=left')),
-    (['--scorer=encoder.pt'], ('encoder.pt is an encoder checkpoint', 'a decoder checkpoint or a Hugging Face')),
-    (['--scorer=encoder.pt', '--sides=both'], ('encoder.pt is an encoder checkpoint', 'AO-GPT or sigma-GPT')),
 ])
 def test_bad_input_is_one_line(sample_files, char_ckpt, tiny_gpt2, args, parts):
     names = dict(gpt2=tiny_gpt2, out_dir=char_ckpt)
