@@ -3,11 +3,13 @@ ancestral rule (its reveal probabilities, its reused forwards), sample.py and ge
 checkpoint."""
 import json
 import math
+import statistics
 
 import pytest
 import torch
 
-from conftest import one_line_error, run_script, samples, says, tiny_mdm, tiny_model
+from common import read_checkpoint
+from conftest import nll_given, one_line_error, run_script, samples, says, tiny_mdm, tiny_model
 from engine import Sampling, confidence_scores, generate, make_engine, step_sizes
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -225,11 +227,26 @@ def test_cli_gen_ppl_of_encoder_samples(workdir, mdm_ckpt, char_ckpt):
     assert len(lines) == 8 and all(len(r['text']) == 32 for r in lines)
 
 
+def test_cli_an_encoder_scores_its_infills_given_both_sides(workdir, mdm_ckpt):
+    run_script('gen_ppl.py', f'--out_dir={mdm_ckpt}', f'--scorer={mdm_ckpt}/ckpt.pt', '--sides=both', '--device=cpu',
+               '--order=ancestral', '--steps=8', '--infill=ROMEO:[MASK:10] the [MASK:5].', '--num_samples=2',
+               '--batch_size=2', '--samples_out=mdm-infill.jsonl', '--out_json=mdm-infill.json', cwd=workdir)
+    [result] = json.loads((workdir / 'mdm-infill.json').read_text())['results']
+    model, _ = read_checkpoint(workdir / mdm_ckpt / 'ckpt.pt')
+    expected = []  # each generated token given the template's text and the generated tokens before it
+    for r in map(json.loads, (workdir / 'mdm-infill.jsonl').read_text().splitlines()):
+        x, known = torch.tensor(r['tokens']), set(r['known_positions'])
+        generated = [p for p in range(len(x)) if p not in known]
+        assert len(generated) == 15
+        with torch.no_grad():
+            expected.append(statistics.mean(nll_given(model, x, known | set(generated[:j]))[p].item()
+                                            for j, p in enumerate(generated)))
+    assert result['sample_nll'] == pytest.approx(expected, abs=1e-5)
+
+
 @pytest.mark.parametrize('script,args,parts', [
     ('sample.py', ['--out_dir={char}', '--order=ancestral'], ('ancestral', 'encoder', 'a decoder')),
     ('gen_ppl.py', ['--out_dir={char}', '--scorer={char}/ckpt.pt', '--order=ancestral'], ('ancestral', 'encoder')),
-    ('gen_ppl.py', ['--out_dir={mdm}', '--scorer={mdm}/ckpt.pt'],
-     ('scorer {mdm}/ckpt.pt', 'encoder', 'left-to-right', 'decoder checkpoint or a Hugging Face model')),
     ('sample.py', ['--out_dir={mdm}', '--steps=33'], ('--steps', 'from 1 to the 32 tokens', 'got 33')),
 ])
 def test_cli_errors_are_one_line(workdir, mdm_ckpt, char_ckpt, script, args, parts):
