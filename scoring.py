@@ -424,11 +424,13 @@ def load_scorer(name, device, sides='left'):
             fail(f'--sides=both reads the known tokens first, but the scorer {name} was trained left to right '
                  f'(--order=l2r): score with an any-order checkpoint, or --sides=left')
 
-        def nll(x):
+        def nll(x):  # an encoder's exactly: one forward per token
+            if model.config.is_encoder:
+                return -encoder_l2r_logprobs(model, x.cpu(), x.numel(), first=1)[0].view(len(x), -1)
             _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
             return loss[:, 1:].float()
-        score = partial(encoder_nlls, model, sides) if model.config.is_encoder else \
-            partial(known_first_nlls, model) if sides == 'both' else partial(left_nlls, nll)
+        both = encoder_gap_nlls if model.config.is_encoder else known_first_nlls
+        score = partial(both, model) if sides == 'both' else partial(left_nlls, nll)
         return score, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
             weights_read(checkpoint)
     if sides == 'both':
@@ -461,16 +463,11 @@ def known_first_nlls(model, x, generated):
     return out
 
 
-def encoder_nlls(model, sides, x, generated):
-    """Each row's NLL of its scored tokens under an encoder, revealed left to right (encoder_l2r_logprobs): with
-    sides='left' every later position masked, with 'both' only the generated ones; a forward of the batch's size
-    per scored token."""
-    x, max_tokens = x.cpu(), x.numel()
-    if sides == 'both':
-        gaps = [g.nonzero()[:, 0] for g in generated]
-        return list((-encoder_l2r_logprobs(model, x, max_tokens, gaps=gaps)[0]).split([len(g) for g in gaps]))
-    nll = -encoder_l2r_logprobs(model, x, max_tokens, first=1)[0].view(len(x), -1)
-    return [row[g[1:]] for row, g in zip(nll, generated)]
+def encoder_gap_nlls(model, x, generated):
+    """Each row's NLL of its generated tokens under an encoder, revealed left to right with the known tokens given
+    (encoder_l2r_logprobs with the generated positions as the gap): a forward of the batch's size per token."""
+    gaps = [g.nonzero()[:, 0] for g in generated]
+    return list((-encoder_l2r_logprobs(model, x.cpu(), x.numel(), gaps=gaps)[0]).split([len(g) for g in gaps]))
 
 
 @torch.no_grad()
