@@ -427,8 +427,9 @@ def load_scorer(name, device, sides='left'):
         def nll(x):  # an encoder's exactly: one forward per token
             if model.config.is_encoder:
                 return -encoder_l2r_logprobs(model, x.cpu(), x.numel(), first=1)[0].view(len(x), -1)
-            _, loss = model(x, torch.arange(x.size(1), device=x.device).expand_as(x), reduction='none')
-            return loss[:, 1:].float()
+            # a row at a time through order_logprobs: a batch's logits at a 50k vocabulary would take gigabytes
+            l2r = torch.arange(x.size(1))[None]
+            return -torch.stack([order_logprobs(model, row, l2r, 1, max_tokens=len(row))[0] for row in x])
         both = encoder_gap_nlls if model.config.is_encoder else known_first_nlls
         score = partial(both, model) if sides == 'both' else partial(left_nlls, nll)
         return score, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
