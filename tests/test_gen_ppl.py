@@ -59,8 +59,13 @@ def test_hf_gen_ppl_equals_a_hand_loop(tiny_gpt2):
     check_summary(records, scored, generated)
 
 
-def test_checkpoint_scorer_reads_left_to_right(tmp_path):
-    model = tiny_model()
+DECODERS, DECODER_IDS = [dict(), dict(position_encoding='rotary'), dict(target_injection='add')], \
+    ['ao-gpt-learned', 'ao-gpt-rotary', 'sigma-gpt']
+
+
+@pytest.mark.parametrize('kind', DECODERS, ids=DECODER_IDS)
+def test_checkpoint_scorer_reads_left_to_right(tmp_path, kind):
+    model = tiny_model(**kind)
     path = tmp_path / 'ckpt.pt'
     state = model.state_dict()
     torch.save(dict(model=state, ema=state, model_args=vars(model.config), vocab='abcdefghijk'), path)
@@ -90,8 +95,7 @@ def known_first_nlls_by_hand(model, row, known):
     return torch.tensor(nlls, dtype=torch.float64)
 
 
-@pytest.mark.parametrize('kind', [dict(), dict(position_encoding='rotary'), dict(target_injection='add')],
-                         ids=['ao-gpt-learned', 'ao-gpt-rotary', 'sigma-gpt'])
+@pytest.mark.parametrize('kind', DECODERS, ids=DECODER_IDS)
 def test_both_sides_scores_each_generated_token_given_every_known_one(tmp_path, kind):
     model = tiny_model(**kind)
     path = tmp_path / 'ckpt.pt'
