@@ -442,9 +442,10 @@ def load_scorer(name, device, sides='left'):
         fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
              f'read GPT-2 BPE ids (gpt2, gpt2-medium, gpt2-large, gpt2-xl, ...)')
 
-    def nll(x):
-        logits = model(input_ids=x).logits[:, :-1].float()
-        return F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction='none')
+    def nll(x):  # a row's log-softmax at a time: the batch's would double the logits' gigabytes at GPT-2's vocabulary
+        logits = model(input_ids=x).logits
+        return torch.stack([F.cross_entropy(row[:-1].float(), ids[1:], reduction='none')
+                            for row, ids in zip(logits, x)])
     return partial(left_nlls, nll), ('gpt2', model.config.vocab_size), \
         getattr(model.config, 'max_position_embeddings', None), None
 
