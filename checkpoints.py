@@ -21,6 +21,7 @@ import warnings
 import torch
 
 from model import GPTConfig, build_model
+from training import describe_orders
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
@@ -161,7 +162,7 @@ def training_record(checkpoint):
         tokens = iters * config['batch_size'] * config['block_size'] * config['gradient_accumulation_steps']
     plain = {k: v for k, v in config.items()
              if k not in MACHINE_SETTINGS and isinstance(v, (int, float, str, bool, type(None)))}
-    return dict(iterations=iters, tokens=tokens, config=plain)
+    return dict(iterations=iters, tokens=tokens, config=plain, orders=describe_orders(plain))
 
 
 def is_hf_folder(path):

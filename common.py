@@ -16,8 +16,9 @@ from contextlib import nullcontext
 import torch
 
 from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, is_hf_folder,
-                         load_checkpoint, weights_read)
+                         load_checkpoint, training_record, weights_read)
 from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order
+from training import run_mix
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 SAMPLE_DTYPES = ('float64', 'float32')
@@ -414,6 +415,19 @@ def check_speculation_steps(steps, speculate, flag='--{}'):
     if speculate and steps is not None:
         fail(f"{flag.format('steps')}={steps} with {flag.format('speculate')}: speculative decoding draws the samples "
              f"of one token per step, and its forwards follow from k and the drafts kept; drop {flag.format('steps')}")
+
+
+def infill_order(order, given, checkpoint, model, infill):
+    """The order an infill decodes in: --order when given; else, for a decoder trained on FIM orders, left to right
+    (the known tokens read first, then the gaps left to right: how it was trained to fill one), said in one line."""
+    if not infill or 'order' in given or model.config.is_encoder:
+        return order
+    mix = run_mix(training_record(checkpoint)['config'])
+    if not mix or not mix['fim']:
+        return order
+    print(f"order: l2r, each gap left to right after the known tokens: the model trained on FIM orders "
+          f"({training_record(checkpoint)['orders']}); --order sets another")
+    return 'l2r'
 
 
 def check_decoding(order, model, speculate=0):

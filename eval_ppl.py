@@ -76,9 +76,9 @@ from common import (DTYPES, at_least, autocast, check_device, check_settings, de
                     is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint)
 from configurator import configure
 from engine import compile_forward
-from scoring import (GAP_KINDS, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
+from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
                      ensemble_sizes, hf_l2r_logprobs, left_gap_logprobs, mixture_logprobs, nelbo_bound, nelbo_estimates,
-                     perplexities, perplexity, score_chunks)
+                     parse_gaps, perplexities, perplexity, score_chunks)
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder
@@ -141,34 +141,18 @@ def check_inputs(names):
         fail(f'--data_file must be a .txt, .jsonl or .bin file, got {data_file}')
     if out_json and not os.path.isdir(os.path.dirname(os.path.abspath(out_json))):
         fail(f'--out_json={out_json}: its folder does not exist')
-    parse_gaps(gaps)
+    gap_settings_of(gaps)
 
 
-def parse_gaps(spec):
-    """--gaps as [(kind, size)]: 'span:16' a span of 16 tokens, 'scatter:0.15' 15% of the tokens; [] for ''."""
-    settings = []
-    for item in (part.strip() for part in spec.split(',') if part.strip()):
-        kind, _, size = item.partition(':')
-        try:
-            size = int(size) if kind == 'span' else float(size)
-        except ValueError:
-            kind = None
-        if kind not in GAP_KINDS:
-            fail(f'--gaps: {item!r} is neither span:L (a span of L tokens) nor scatter:r (a share r of the tokens, '
-                 f'scattered): e.g. --gaps=span:16,scatter:0.15')
-        settings.append((kind, size))
-    if spec and not settings:
-        fail(f'--gaps={spec!r} names no gap: e.g. --gaps=span:16,scatter:0.15')
+def gap_settings_of(spec, n=None):
+    """--gaps as [(kind, size)] (scoring.parse_gaps), each checked to fit an n-token chunk when n is given."""
+    try:
+        settings = parse_gaps(spec, '--gaps')
+        if n is not None:
+            check_gap_sizes(settings, n, '--gaps')
+    except ValueError as e:
+        fail(e)
     return settings
-
-
-def check_gap_sizes(settings, n):
-    """Each gap fits an n-token chunk and hides something."""
-    for kind, size in settings:
-        if kind == 'span' and not 1 <= size <= n:
-            fail(f'--gaps=span:{size}: a span is 1 to {n} tokens long (the chunk)')
-        if kind == 'scatter' and not 0 < size < 1:
-            fail(f'--gaps=scatter:{size}: the share of the tokens hidden must be between 0 and 1, such as 0.15')
 
 
 def load_model(init_from, out_dir, device, use_ema):
@@ -193,8 +177,7 @@ def main(given=()):
     n = block_size or model_block
     if n > model_block:
         fail(f"--block_size={n} is larger than the checkpoint's block_size {model_block}")
-    gap_settings = parse_gaps(gaps)
-    check_gap_sizes(gap_settings, n)
+    gap_settings = gap_settings_of(gaps, n)
     sets = {}
     for name in names:  # read and check every set before evaluating any
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)

@@ -16,10 +16,13 @@ FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1
             'plateau': "(Ours) Queries at the target position remove AO-GPT's plateau",
             'long': '(Ours) Queries at the target position at longer blocks',
             'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow',
-            'infill': '(Ours) Infilling: AO-GPT reads both sides of a gap'}
+            'infill': '(Ours) Infilling: AO-GPT reads both sides of a gap',
+            'orders': '(Ours) The any-order tax: which training orders make AO-GPT worth picking'}
 ALIASES = {'5': '4', '7': '6'}
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
+TAX = 0.1  # nats: finding orders' goal for the left-to-right loss, at most this far above the GPT's
+AO_COST = 0.05  # nats: finding orders' goal for the any-order loss, at most this far above the paper's mix
 STUCK = 0.05  # nats: a final loss this close to the unigram entropy (or above) means the run did not learn
 SAME = 0.1  # nats: "comparable" sample quality, log gen PPLs within 10%
 PLATEAU = 0.1  # nats: a run has left the plateau at the first evaluation this far below the unigram entropy
@@ -49,8 +52,27 @@ KINDS = {
 }
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
                  '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
-                 'length': ['mixed', 'encoder', 'l2r'], 'infill': ['mixed', 'encoder', 'l2r']}
-NEEDS = {'long': 'long', 'length': 'lengths'}  # the findings a preset runs only if it has this entry
+                 'length': ['mixed', 'encoder', 'l2r'], 'infill': ['mixed', 'encoder', 'l2r'],
+                 'orders': ['mixed', 'encoder', 'l2r']}
+NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders'}  # the findings a preset runs only if it has this entry
+# finding orders: models trained on distributions over orders (train.py's order settings), every AO-GPT arm at the
+# mixed kind's chosen settings, the GPT and the encoder at their own: {arm: (label, kind)}, the GPT first (its first run scores the samples);
+# order_arms gives the flags
+ORDER_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
+              'paper': ("AO-GPT, the paper's mix: 10% left to right", 'mixed'),
+              'l2r50': ('AO-GPT, 50% left to right', 'mixed'),
+              'curriculum': ("AO-GPT, the paper's mix after a curriculum from all left to right", 'mixed'),
+              'fim-mix': ('AO-GPT, 10% left to right, 40% FIM, 50% random', 'mixed'),
+              'fim-gpt': ('FIM GPT: 50% left to right, 50% FIM', 'mixed'),
+              'encoder': ('encoder MDM', 'encoder')}
+
+
+def order_arms(max_iters):
+    """finding orders' order flags of each arm, over its kind's: the curriculum takes the first half of training."""
+    return {'gpt': {}, 'paper': {}, 'l2r50': dict(random_ratio=0.5), 'curriculum': dict(order_curriculum=max_iters // 2),
+            'fim-mix': dict(order_mix='l2r:0.1,fim:0.4,random:0.5'), 'fim-gpt': dict(order_mix='l2r:0.5,fim:0.5'),
+            'encoder': {}}
+
 
 PRESETS = {
     # the quick start's model and data, 2,000 iterations a run; gate_init kept at the quick start's 1.0 so that
@@ -68,6 +90,13 @@ PRESETS = {
         fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
         eval=dict(ensemble=16, max_chunks=100),
         infill=dict(spans=(1, 4, 16, 64), ensemble=4, max_chunks=100),  # eval_ppl.py --gaps=span:L on the val chunks
+        # finding orders: its samples (one setting, the model's own distribution), and the longer pair (the paper's
+        # mix and the l2r GPT at `longer` times the iterations, on the first `longer_seeds` seeds)
+        # finding orders: every run records its gap NLLs in training (so the finding trains its own runs, all on one
+        # machine); its samples (one setting, the model's own distribution); the longer pair (the paper's mix and the
+        # GPT at `longer` times the iterations, on the first `longer_seeds` seeds)
+        orders=dict(train=dict(eval_gaps='span:4,span:16'), gen=dict(steps='16,64', num_samples=32, batch_size=32),
+                    longer=4, longer_seeds=2),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run
@@ -99,6 +128,8 @@ PRESETS = {
         fixed_orders=[dict(seed=s) for s in (11, 12)],
         eval=dict(ensemble=4, max_chunks=4, mc_samples=4),
         infill=dict(spans=(1, 4, 32), ensemble=2, max_chunks=4, mc_samples=4),
+        orders=dict(train=dict(eval_gaps='span:4'), gen=dict(steps='4,32', num_samples=4, batch_size=4), longer=2,
+                    longer_seeds=2),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
                  batch_size=4),
         scorer='l2r',
@@ -176,4 +207,22 @@ CLAIMS = {
     'length variant': "(Ours) At block {block} AO-GPT with '{positions}' ends with a lower any-order loss than with "
                       "'rotary' (each its own swept rate; effect: rotary minus the variant, final EMA val any-order "
                       'loss, nats).',
+    'orders tax': "(Ours) {arm} reads left to right within {tax} nats of the left-to-right GPT (each on every seed, "
+                  'the same tokens; effect: its final EMA val left-to-right loss minus the GPT\'s; holds if the interval '
+                  'lies below {tax}, does not hold if above it).',
+    'orders gaps': '(Ours) {arm} fills gaps better than the left-to-right GPT reading the left side: its exact NLL per '
+                   'gap token given both sides ({reading}) is below the GPT\'s from the left only (effect: the GPT\'s '
+                   'NLL minus its own, nats per gap token, averaged over the spans {spans}).',
+    'orders fim': '(Ours) {arm} fills gaps at least as well as the FIM GPT (50% left to right, 50% FIM): its NLL per gap '
+                  'token given both sides is not above the FIM GPT\'s by more than the floor ({floor} nats) (effect: the '
+                  'FIM GPT minus it, averaged over the spans {spans}; holds if the interval lies above minus the floor).',
+    'orders ao': "(Ours) {arm} keeps its any-order loss within {cost} nats of the paper's mix (effect: its final EMA val "
+                 "any-order loss minus the paper's mix's; holds if the interval lies below {cost}, does not hold if above "
+                 'it).',
+    'orders samples': "(Ours) {arm}'s samples at {steps} steps (temperature 1, random orders) score better than the "
+                      "paper's mix's under one left-to-right GPT (effect: the paper's mix's mean per-sample NLL minus "
+                      'its own, nats).',
+    'orders longer': "(Ours) The any-order tax shrinks with training: the paper's mix's left-to-right loss above the "
+                     "GPT's (same seed) is smaller after {times}x the iterations (effect: the tax at {iters} iterations "
+                     'minus the tax at {longer}, nats).',
 }

@@ -156,8 +156,9 @@ def model_card(model, config, source, name, results):
         lines.append('The checkpoint does not say how it was trained.')
     else:
         tokens = f" ({trained['tokens']:,} tokens)" if trained['tokens'] else ''
+        orders = f" in these orders: {trained['orders']}" if trained.get('orders') else ''
         lines.append(f"{trained['iterations']:,} iterations{tokens} of ao-gpt's `train.py`"
-                     + (f' on {dataset}' if dataset else '') + '. Its settings:')
+                     + (f' on {dataset}' if dataset else '') + f'{orders}. Its settings:')
         lines += ['', table(['setting', 'value'], [[k, f'`{v}`'] for k, v in sorted(trained['config'].items())])]
     if eval_json:
         lines += ['', f'## Perplexity (`eval_ppl.py`, {os.path.basename(eval_json)})', '',

@@ -8,7 +8,7 @@ run over seeds, and every claim gets its effect, a 95% interval, its n and a ver
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long,length,infill   # our own findings (their kinds' sweeps first)
+    python findings.py --preset=cpu --only=plateau,long,length,infill,orders   # ours (their kinds' sweeps first)
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 What it does, each run in its own folder out_dir/runs/<name> through train.py, eval_ppl.py and gen_ppl.py:
@@ -61,6 +61,12 @@ The findings are numbered by the paper's figure that shows them (sample quality 
            the l2r GPT from the left side only, the encoder's gap revealed left to right and its NELBO
            bound on the gap; AO-GPT against the l2r GPT and against the encoder, on the mean over the
            spans shorter than the block
+  orders   the any-order tax: AO-GPT trained on other distributions over orders (train.py's --order_mix,
+           --order_curriculum: the paper's mix, 50% left to right, a curriculum, a mix with FIM orders, a FIM
+           GPT), each at the mixed kind's chosen settings, beside the l2r GPT and the encoder at theirs, all trained
+           here with their gap NLLs recorded in training; their losses, gaps (both sides and left only), and samples
+           at a few steps scored by the GPT's first run; each arm against the GPT, the FIM GPT and the paper's mix;
+           and the longer pair (the paper's mix and the GPT at a multiple of the iterations): does the tax shrink
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -83,7 +89,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,17 +99,17 @@ from checkpoints import load_checkpoint
 from common import at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl
 from configurator import configure
 from engine import generate
-from experiments import (ALIASES, CLAIMS, FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, PLATEAU,
-                         POSITIONS, PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK)
+from experiments import (ALIASES, CLAIMS, FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, ORDER_ARMS,
+                         AO_COST, PLATEAU, POSITIONS, PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK, TAX, order_arms)
 from scoring import losses_by_context
-from report import (RULE, line_figure, mean_interval, number, paired_interval, spread, unpaired_interval, verdict,
-                    write_results)
+from report import (RULE, line_figure, mean_interval, number, paired_interval, point_figure, spread, unpaired_interval,
+                    verdict, write_results)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # -----------------------------------------------------------------------------
 preset = 'cpu'  # 'cpu', 'gpu' or 'smoke'
-only = ''  # comma list of findings (1, 2, 3, 4, 6, 8, plateau, long; 5 and 7 name 4 and 6); '' all
+only = ''  # comma list of findings (1, 2, 3, 4, 6, 8, plateau, long, length, infill, orders; 5, 7: 4, 6); '' all
 out_dir = ''  # '': findings-<preset>
 seeds = 0  # seeds of every kind; 0: the preset's
 workers = 0  # runs side by side; 0: the preset's
@@ -120,6 +126,7 @@ class Job:
     log: str
     done: bool
     settings: dict = None
+    needs: tuple = ()  # the run folders whose checkpoint it reads
 
 
 def check_inputs():
@@ -170,7 +177,8 @@ def selected_findings(text):
                  f"got {entry.strip()!r}")
         if not runs_here(name):
             fail(f'--only={name}: the {preset} preset has no longer blocks (its block is already long: its finding '
-                 'plateau is the long-block one)')
+                 'plateau is the long-block one)' if name != 'orders' else
+                 f'--only=orders: the {preset} preset has no order arms (its runs take days each): use --preset=cpu')
         names.add(name)
     return [name for name in FINDINGS if name in names]
 
@@ -243,7 +251,38 @@ def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None):
         runs.update({length_run(label, block, s): run_flags(p, kind, at_blocks[label, block], s) | flags
                      for block, flags in p['lengths'] for label, (kind, _) in length_entries(chosen, block, base).items()
                      for s in seed_list[:2]})
+    if 'orders' in findings:
+        runs.update(order_runs(p, chosen, seed_list))
     return same_runs(runs, sweep)
+
+
+def order_runs(p, chosen, seed_list):
+    """finding orders' runs, {name: flags}: each arm on every seed at its kind's chosen settings with its order flags
+    (an arm that gives the whole mix drops the paper's random_ratio), and the longer pair: the paper's mix and the
+    GPT for `longer` times the iterations."""
+    o, runs = p['orders'], {}
+
+    def flags(arm, seed):
+        out = run_flags(p, ORDER_ARMS[arm][1], chosen[ORDER_ARMS[arm][1]][0], seed) | o['train']
+        if 'order_mix' in arms[arm]:
+            del out['random_ratio']
+        return out | arms[arm]
+    arms = order_arms(p['train']['max_iters'])
+    runs.update({order_run(arm, s): flags(arm, s) for s in seed_list for arm in ORDER_ARMS})  # a seed at a time
+    times, train = o['longer'], p['train']
+    longer = dict(max_iters=train['max_iters'] * times, lr_decay_iters=train['lr_decay_iters'] * times,
+                  eval_interval=train['eval_interval'] * times)
+    runs.update({order_run(arm, s, times): flags(arm, s) | longer
+                 for arm in ('paper', 'gpt') for s in seed_list[:o['longer_seeds']]})
+    return runs
+
+
+def order_run(arm, seed, times=1):
+    return f'orders-{arm}-s{seed}' if times == 1 else f'orders-{arm}-x{times}-s{seed}'
+
+
+def order_arm(name):
+    return next(arm for arm in ORDER_ARMS if name.startswith(f'orders-{arm}-'))
 
 
 def length_run(label, block_size, seed):
@@ -354,10 +393,11 @@ def check_same_run(folder, settings):
              f'that run folder to train it again')
 
 
-def script_job(name, script, flags, out_json):
-    """An evaluation script with --out_json: done when that file exists."""
+def script_job(name, script, flags, out_json, needs=()):
+    """An evaluation script with --out_json: done when that file exists; needs: the run folders whose checkpoint it
+    reads."""
     return Job(name, [os.path.join(ROOT, script), *(f'--{k}={v}' for k, v in flags.items()), f'--out_json={out_json}'],
-               out_json.replace('.json', '.log'), os.path.exists(out_json))
+               out_json.replace('.json', '.log'), os.path.exists(out_json), needs=tuple(needs))
 
 
 def eval_jobs(findings, p, seed_list, folders):
@@ -368,34 +408,56 @@ def eval_jobs(findings, p, seed_list, folders):
         mixed, encoder = folders.get(f'mixed-s{s}'), folders.get(f'encoder-s{s}')  # None where no finding needs them
         if '4' in findings:
             jobs.append(script_job(f'eval mixed-s{s}', 'eval_ppl.py', dict(out_dir=mixed) | data,
-                                   os.path.join(mixed, 'eval.json')))
+                                   os.path.join(mixed, 'eval.json'), needs=[mixed]))
             jobs.append(script_job(f'eval encoder-s{s}', 'eval_ppl.py',
                                    dict(out_dir=encoder) | data | dict(ensemble=1, encoder_l2r=False),
-                                   os.path.join(encoder, 'eval.json')))
+                                   os.path.join(encoder, 'eval.json'), needs=[encoder]))
         if '8' in findings:
             jobs.append(script_job(f'eval mixed-s{s} raw weights', 'eval_ppl.py',
                                    dict(out_dir=mixed) | data | dict(ensemble=1, use_ema=False),
-                                   os.path.join(mixed, 'eval_raw.json')))
+                                   os.path.join(mixed, 'eval_raw.json'), needs=[mixed]))
         if 'infill' in findings:
-            infill = p['infill']
-            flags = dict(dataset=p['dataset'], gaps=','.join(f'span:{L}' for L in infill['spans'])) | \
-                {k: v for k, v in infill.items() if k != 'spans'}
-            for kind in FINDING_KINDS['infill']:
-                folder = folders[f'{kind}-s{s}']
-                jobs.append(script_job(f'gaps {kind}-s{s}', 'eval_ppl.py', dict(out_dir=folder) | flags,
-                                       os.path.join(folder, 'gaps.json')))
+            jobs += [gaps_job(p, f'{kind}-s{s}', folders[f'{kind}-s{s}']) for kind in FINDING_KINDS['infill']]
         if '6' in findings:
             scorer = os.path.join(folders[f'l2r-s{seed_list[0]}'], 'ckpt.pt') if p['scorer'] == 'l2r' else p['scorer']
             for kind, folder in (('mixed', mixed), ('encoder', encoder)):
                 samples = os.path.join(folder, 'samples.jsonl')
                 flags = dict(out_dir=folder, scorer=scorer, samples_out=samples) | p['gen']
-                jobs.append(script_job(f'gen-ppl {kind}-s{s}', 'gen_ppl.py', flags, os.path.join(folder, 'gen.json')))
+                jobs.append(script_job(f'gen-ppl {kind}-s{s}', 'gen_ppl.py', flags, os.path.join(folder, 'gen.json'),
+                                       needs=[folder, os.path.dirname(scorer)] if p['scorer'] == 'l2r' else [folder]))
+    if 'orders' in findings:
+        jobs += order_eval_jobs(p, seed_list, folders)
+    return jobs
+
+
+def gaps_job(p, name, folder):
+    """eval_ppl.py --gaps at the preset's spans on one run (gaps.json)."""
+    infill = p['infill']
+    flags = dict(out_dir=folder, dataset=p['dataset'], gaps=','.join(f'span:{L}' for L in infill['spans'])) | \
+        {k: v for k, v in infill.items() if k != 'spans'}
+    return script_job(f'gaps {name}', 'eval_ppl.py', flags, os.path.join(folder, 'gaps.json'), needs=[folder])
+
+
+def order_eval_jobs(p, seed_list, folders):
+    """finding orders: the gaps of each of its runs, and the samples of each run of its arms (gen_orders.json) at its
+    steps, scored by the GPT's first run; the GPT samples left to right, the others in random orders."""
+    scorer = folders[order_run('gpt', seed_list[0])]
+    jobs = [gaps_job(p, name, folder) for name, folder in folders.items() if name.startswith('orders-')]
+    for arm in ORDER_ARMS:
+        for s in seed_list:
+            folder = folders[order_run(arm, s)]
+            flags = dict(out_dir=folder, scorer=os.path.join(scorer, 'ckpt.pt'),
+                         samples_out=os.path.join(folder, 'samples_orders.jsonl')) | p['orders']['gen'] | \
+                (dict(order='l2r') if arm == 'gpt' else {})
+            jobs.append(script_job(f'gen-ppl {order_run(arm, s)}', 'gen_ppl.py', flags,
+                                   os.path.join(folder, 'gen_orders.json'), needs=[scorer, folder]))
     return jobs
 
 
 def run_jobs(jobs, n_workers, threads):
-    """Run the jobs not done yet, n_workers at a time, and return how many ran; stop with one line naming
-    the log of a failed one."""
+    """Run the jobs not done yet, n_workers at a time, the first ready one in the list next: a job is ready once
+    the training jobs here of the run folders it needs have finished. Return how many ran; stop with one line
+    naming the log of a failed one (after the running ones end)."""
     env = os.environ | ({'OMP_NUM_THREADS': str(threads)} if threads else {})
     for job in jobs:
         if job.done:
@@ -415,13 +477,23 @@ def run_jobs(jobs, n_workers, threads):
         print(f'{job.name}: ' + ('finished' if code == 0 else f'failed ({code})') + f' in {time.time() - t0:.0f}s')
         return code
 
-    todo = [job for job in jobs if not job.done]
+    pending = [job for job in jobs if not job.done]
+    training = {os.path.dirname(job.log): job for job in pending if job.settings is not None}
+    finished, failed, running, n_ran = set(), [], {}, len(pending)
+    ready = lambda job: all(training[f].name in finished for f in job.needs if f in training)
     with ThreadPoolExecutor(n_workers) as pool:
-        codes = list(pool.map(launch, todo))
-    failed = [job for job, code in zip(todo, codes) if code != 0]
+        while running or (pending and not failed):
+            for job in [job for job in pending if ready(job)][:n_workers - len(running)] if not failed else []:
+                pending.remove(job)
+                running[pool.submit(launch, job)] = job
+            if not running:
+                fail(f'{pending[0].name} waits for a training job that is not planned (a bug)')
+            for future in wait(running, return_when=FIRST_COMPLETED).done:
+                job = running.pop(future)
+                (finished.add(job.name) if future.result() == 0 else failed.append(job))
     if failed:
         fail(f'{failed[0].name} failed: {last_line(failed[0].log)} (the whole log: {failed[0].log})')
-    return len(todo)
+    return n_ran
 
 
 def add_wall_minutes(runs_dir, minutes):
@@ -537,8 +609,9 @@ class Measured:
         """The runs among names whose final loss in their own objective sits at the unigram entropy: they
         did not learn (a fixed-order run's objective is its order's loss; a run's kind is its name's first
         part: mixed-rotary-s1 is a mixed run)."""
+        kind = lambda n: ORDER_ARMS[order_arm(n)][1] if n.startswith('orders-') else n.split('-')[0]
         own = lambda n: self.metrics(n)[-1]['val_fixed'] if n.startswith(('fixed', 'block')) else \
-            own_loss(n.split('-')[0], self.metrics(n)[-1])
+            own_loss(kind(n), self.metrics(n)[-1])
         return [n for n in names if own(n) > self.unigram - STUCK]
 
     def read(self, name, file):
@@ -554,6 +627,10 @@ class Measured:
 
     def figure(self, name, *args, **kw):
         line_figure(os.path.join(self.out_dir, name), *args, **kw)
+        return name
+
+    def point_figure(self, name, *args, **kw):
+        point_figure(os.path.join(self.out_dir, name), *args, **kw)
         return name
 
 
@@ -949,6 +1026,91 @@ def finding_infill(m, infill):
               stuck=m.stuck(mixed + encoder), decide=non_inferior)]
 
 
+def finding_orders(m, p):
+    """Each arm's left-to-right and any-order losses, gap NLLs (gaps.json: both sides and the left side only) and
+    sample quality (gen_orders.json); the trade-off figure, the gap curves over training, and the claims against
+    the GPT, the FIM GPT and the paper's mix; the tax at the longer pair."""
+    runs = {arm: [order_run(arm, s) for s in m.seed_list] for arm in ORDER_ARMS}
+    label = {arm: text for arm, (text, _) in ORDER_ARMS.items()}
+    block = m.read(runs['paper'][0], 'gaps.json')['block_size']
+    spans = list(p['infill']['spans'])
+    inner = [L for L in spans if L < block]
+    both = {'gpt': 'left', 'encoder': 'revealed'}  # what each reads of a gap given both sides: a decoder 'gap_l2r'
+
+    def gap(name, L, column=None):
+        result = next(iter(m.read(name, 'gaps.json')['results'].values()))[f'span:{L}']['nll']
+        return result[column or both.get(order_arm(name), 'gap_l2r')]
+
+    def gaps(arm, column=None):  # each run's NLL per gap token given both sides (or column), over the inner spans
+        return [statistics.mean(gap(n, L, column) for L in inner) for n in runs[arm]]
+
+    def samples(arm, steps):  # each run's mean per-sample NLL and its rows at `steps`
+        rows = [next(r for r in m.read(n, 'gen_orders.json')['results'] if r['steps'] == steps) for n in runs[arm]]
+        return [statistics.mean(r['sample_nll']) for r in rows], rows
+    steps = [int(k) for k in p['orders']['gen']['steps'].split(',')]
+    finals = lambda arm, key: m.finals(runs[arm], key)
+    numbers = {}
+    for arm in ORDER_ARMS:
+        numbers |= {f"{label[arm]}: final val loss, {reading}": spread(finals(arm, key))
+                    for reading, key in (('left to right', 'val_l2r'), ('any order', 'val_ao'))}
+        numbers |= {f'{label[arm]}: gap NLL, span {L}, both sides': spread([gap(n, L) for n in runs[arm]]) for L in spans}
+        if arm != 'encoder':
+            numbers |= {f'{label[arm]}: gap NLL, span {L}, left only': spread([gap(n, L, 'left') for n in runs[arm]])
+                        for L in spans}
+        numbers |= {f'{label[arm]}: {k} steps, gen PPL, entropy': spread_pair(samples(arm, k)[1]) for k in steps}
+    trade = m.point_figure('ours_orders.png', FINDINGS['orders'], "final val left-to-right loss (nats/char)",
+                           f"NLL per gap token given both sides, mean over spans {', '.join(map(str, inner))}",
+                           [(label[arm], finals(arm, 'val_l2r'), gaps(arm)) for arm in ORDER_ARMS])
+    by_span = m.figure('ours_orders_gaps.png', '(Ours) Gap NLL by span, each arm', 'span (tokens hidden)',
+                       'NLL per gap token (nats)',
+                       [(f'{label[arm]}, ' + ('left only' if arm == 'gpt' else 'both sides'), spans,
+                         [[gap(n, L) for n in runs[arm]] for L in spans]) for arm in ORDER_ARMS], logx=True)
+    key = f"val_gap_span{p['orders']['train']['eval_gaps'].split(',')[-1].split(':')[1]}"
+    curves = m.figure('ours_orders_training.png', f'(Ours) In training: {key[8:]} given both sides', 'iteration',
+                      'NLL per gap token (nats)', [m.curves(label[arm], runs[arm], key) for arm in ORDER_ARMS
+                                                   if arm != 'gpt'] + [m.curves(f"{label['gpt']}, left only", runs['gpt'],
+                                                                                 f'{key}_left')])
+    text = dict(tax=TAX, cost=AO_COST, floor=FLOOR, spans=', '.join(map(str, inner)))
+    within = lambda bound: lambda interval, _: ('holds' if interval.high < bound else 'does not hold'
+                                                if interval.low > bound else 'not resolvable at this size')
+    non_inferior = lambda interval, floor: ('holds' if interval.low > -floor else 'does not hold'
+                                            if interval.high < -floor else 'not resolvable at this size')
+    stuck = lambda *arms: m.stuck([n for arm in arms for n in runs[arm]])
+    decoders = [arm for arm in ORDER_ARMS if arm not in ('gpt', 'encoder')]
+    claims = [claim(CLAIMS['orders tax'].format(arm=label[arm], **text), numbers if arm == decoders[0] else {},
+                    between_runs(m, runs[arm], 'val_l2r', runs['gpt'], 'val_l2r')[0], stuck=stuck(arm, 'gpt'),
+                    decide=within(TAX)) for arm in decoders]
+    claims += [claim(CLAIMS['orders gaps'].format(arm=label[arm], reading='revealed left to right' if arm == 'encoder'
+                                                  else 'the rest, then the gap left to right', **text),
+                     {f'span {L}': unpaired_interval([gap(n, L, 'left') for n in runs['gpt']],
+                                                     [gap(n, L) for n in runs[arm]]) for L in inner},
+                     unpaired_interval(gaps('gpt'), gaps(arm)), stuck=stuck(arm, 'gpt'))
+               for arm in decoders + ['encoder']]
+    claims += [claim(CLAIMS['orders fim'].format(arm=label[arm], **text), {},
+                     unpaired_interval(gaps('fim-gpt'), gaps(arm)), stuck=stuck(arm, 'fim-gpt'), decide=non_inferior)
+               for arm in decoders if arm != 'fim-gpt']
+    claims += [claim(CLAIMS['orders ao'].format(arm=label[arm], **text), {},
+                     between_runs(m, runs[arm], 'val_ao', runs['paper'], 'val_ao')[0], stuck=stuck(arm, 'paper'),
+                     decide=within(AO_COST)) for arm in decoders if arm != 'paper']
+    claims += [claim(CLAIMS['orders samples'].format(arm=label[arm], steps=k), {},
+                     unpaired_interval(samples('paper', k)[0], samples(arm, k)[0]), stuck=stuck(arm, 'paper'))
+               for arm in decoders + ['encoder'] if arm != 'paper' for k in steps]
+    return [trade, by_span, curves], claims + [longer_claim(m, p)]
+
+
+def longer_claim(m, p):
+    """The tax (the paper's mix's left-to-right loss minus the GPT's of the same seed) at the preset's iterations
+    against `longer` times them, on the longer pair's seeds."""
+    times, seeds = p['orders']['longer'], m.seed_list[:p['orders']['longer_seeds']]
+    tax = lambda t: [m.metrics(order_run('paper', s, t))[-1]['val_l2r'] - m.metrics(order_run('gpt', s, t))[-1]['val_l2r']
+                     for s in seeds]
+    iters = p['train']['max_iters']
+    names = [order_run(arm, s, t) for arm in ('paper', 'gpt') for s in seeds for t in (1, times)]
+    return claim(CLAIMS['orders longer'].format(times=times, iters=iters, longer=iters * times),
+                 {f'tax at {iters} iterations, per seed': tax(1), f'tax at {iters * times} iterations, per seed': tax(times)},
+                 unpaired_interval(tax(1), tax(times)), stuck=m.stuck(names))
+
+
 def distance_series(label, block, rows):
     """A figure series of runs' losses by distance: the distances every run has, 'none' drawn at 2 x block."""
     keys = sorted(set.intersection(*(set(r['distance']) for r in rows)), key=lambda d: 2 * block if d == 'none' else int(d))
@@ -985,7 +1147,7 @@ def analyse(findings, p, m, chosen, runs_dir):
                                        {kind: gen_rows(m, kind) for kind in ('mixed', 'encoder')}),
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
                 'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context')),
-                'infill': lambda: finding_infill(m, p['infill'])}
+                'infill': lambda: finding_infill(m, p['infill']), 'orders': lambda: finding_orders(m, p)}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()
@@ -1062,9 +1224,10 @@ def main():
         planned, at_blocks = planned | block_sweep, choose_at_blocks(p, chosen, runs_dir)
     runs = seed_runs(p, findings, seed_list, chosen, planned, at_blocks)
     folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
-    ran += run_jobs([train_job(name, p, flags, folders[name]) for name, flags in runs.items()
-                     if not isinstance(flags, str)], n_workers, p['threads'])
-    ran += run_jobs(eval_jobs(findings, p, seed_list, folders), n_workers, p['threads'])
+    # the evaluations first in the list: each runs as soon as the runs it reads are trained, while its checkpoints exist
+    evaluations = eval_jobs(findings, p, seed_list, folders)
+    training = [train_job(name, p, flags, folders[name]) for name, flags in runs.items() if not isinstance(flags, str)]
+    ran += run_jobs(evaluations + training, n_workers, p['threads'])
     m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']))
     results = analyse(findings, p, m, chosen, runs_dir)
     trained = list(dict.fromkeys([folder(n) for n in planned] + list(folders.values())))

@@ -50,8 +50,8 @@ import torch
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
-                    int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens, read_checkpoint,
-                    read_jsonl, sampling_options, same_vocab, speculation_k)
+                    infill_order, int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens,
+                    read_checkpoint, read_jsonl, sampling_options, same_vocab, speculation_k)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate_many
 from scoring import SIDES, load_scorer, score_samples, summarize
@@ -183,8 +183,9 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
     return records
 
 
-def main():
-    global speculate
+def main(given=()):
+    """given: the settings a config file or flag set (configure's overrides)."""
+    global speculate, order
     points = None if samples else grid()
     check_inputs()
     if samples:
@@ -193,6 +194,7 @@ def main():
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
+        order = infill_order(order, given, checkpoint, model, infill)
         speculate = speculation_k(speculate, model, order, min(batch_size, num_samples))  # 'auto': the k recorded
         check_decoding(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
@@ -237,5 +239,4 @@ def report(results, scorer_name):
 
 
 if __name__ == '__main__':
-    configure(globals(), doc=__doc__)
-    main()
+    main(configure(globals(), doc=__doc__))

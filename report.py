@@ -74,6 +74,24 @@ def line_figure(path, title, xlabel, ylabel, series, hlines=(), logx=False, logy
     return fig
 
 
+def point_figure(path, title, xlabel, ylabel, points):
+    """Write a PNG of one point per entry at the mean over seeds, with the 95% interval of each mean (Student's t
+    over the seeds) as error bars; points: [(label, xs over seeds, ys over seeds)]."""
+    fig = load_matplotlib()(figsize=(8, 4.2))
+    ax = fig.add_subplot()
+    for label, xs, ys in points:
+        x, y = mean_interval(xs, 'seeds'), mean_interval(ys, 'seeds')
+        ax.errorbar([x.effect], [y.effect], xerr=[[x.effect - x.low], [x.high - x.effect]],
+                    yerr=[[y.effect - y.low], [y.high - y.effect]], fmt='o', capsize=3, label=label)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize='medium')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return fig
+
+
 def number(value):
     """A measured number for the table: an Interval as 'effect [low, high] (n)', a spread as
     'mean (min to max, n seeds)', a float to 4 digits."""

@@ -32,8 +32,8 @@ import torch
 
 from checkpoints import token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
-                    check_settings, check_steps, default_device, default_dtype, find_checkpoint, int_at_least,
-                    load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options, speculation_k)
+                    check_settings, check_steps, default_device, default_dtype, find_checkpoint, infill_order,
+                    int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options, speculation_k)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate
 
@@ -53,10 +53,12 @@ def check_inputs():
                                'fill_marks': (lambda v: len(v) in (0, 2), "two characters, or '' for none")})
 
 
-def main():
-    global speculate
+def main(given=()):
+    """given: the settings a config file or flag set (configure's overrides)."""
+    global speculate, order
     check_inputs()
     model, checkpoint = read_checkpoint(find_checkpoint(init_from, out_dir), device, use_ema)
+    order = infill_order(order, given, checkpoint, model, infill)
     speculate = speculation_k(speculate, model, order, num_samples)
     check_decoding(order, model, speculate)
     block_size = model.config.block_size
@@ -91,5 +93,4 @@ def marked(decode, row, known, marks):
 
 
 if __name__ == '__main__':
-    configure(globals(), doc=__doc__)
-    main()
+    main(configure(globals(), doc=__doc__))

@@ -344,6 +344,35 @@ def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None
 GAP_KINDS = ('span', 'scatter')
 
 
+def parse_gaps(spec, flag):
+    """A gap list as [(kind, size)]: 'span:16' a span of 16 tokens, 'scatter:0.15' 15% of the tokens; [] for ''.
+    ValueError naming the flag and the fix."""
+    settings = []
+    for item in (part.strip() for part in spec.split(',') if part.strip()):
+        kind, _, size = item.partition(':')
+        try:
+            size = int(size) if kind == 'span' else float(size)
+        except ValueError:
+            kind = None
+        if kind not in GAP_KINDS:
+            raise ValueError(f'{flag}: {item!r} is neither span:L (a span of L tokens) nor scatter:r (a share r of the '
+                             f'tokens, scattered): e.g. {flag}=span:16,scatter:0.15')
+        settings.append((kind, size))
+    if spec and not settings:
+        raise ValueError(f'{flag}={spec!r} names no gap: e.g. {flag}=span:16,scatter:0.15')
+    return settings
+
+
+def check_gap_sizes(settings, n, flag):
+    """Each gap fits an n-token chunk and hides something: ValueError otherwise."""
+    for kind, size in settings:
+        if kind == 'span' and not 1 <= size <= n:
+            raise ValueError(f'{flag}=span:{size}: a span is 1 to {n} tokens long (the chunk)')
+        if kind == 'scatter' and not 0 < size < 1:
+            raise ValueError(f'{flag}=scatter:{size}: the share of the tokens hidden must be between 0 and 1, such as '
+                             '0.15')
+
+
 def chunk_gap(x, kind, size, seed):
     """The gap positions of chunk x (n,), sorted: a span of `size` tokens at a uniform place ('span'), or
     max(1, round(size * n)) positions drawn uniformly ('scatter', size a rate). Seeded by the chunk's tokens, so

@@ -33,14 +33,16 @@ import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from benchmarks import load_tokens, paper_chunks
+from benchmarks import load_tokens, make_chunks, paper_chunks
 from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
 from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, check_writable,
                     dataset_vocab, default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb,
                     read_checkpoint)
 from configurator import configure, setting_keys
 from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
-from training import ORDER_MODES, make_ema, make_fixed_order, training_inputs
+from scoring import (check_gap_sizes, chunk_gap, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
+                     left_gap_logprobs, parse_gaps)
+from training import ORDER_MODES, make_ema, make_fixed_order, mix_at, paper_mix, parse_mix, training_inputs
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -49,6 +51,7 @@ out_dir = 'out'
 eval_interval = 2000
 log_interval = 10
 eval_iters = 200
+eval_gaps = ''  # also each gap's val NLL given the rest (as eval_ppl.py --gaps) on eval_iters x batch_size chunks, e.g. span:4,span:16
 eval_only = False  # evaluate the checkpoint once and exit
 init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), or a checkpoint path / hf:...
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
@@ -68,6 +71,9 @@ order = 'mixed'  # one of ORDER_MODES
 random_ratio = 0.9  # 'mixed': fraction of sequences in a random order (the rest left-to-right); the encoder: unused
 order_block = 16  # 'block_random': size of the blocks shuffled within
 order_file = ''  # 'fixed_random': read the order from a .pt/.npy/.txt permutation of 0..block_size-1 instead
+order_mix = ''  # 'mixed': each family's share of the rows, e.g. 'l2r:0.1,fim:0.4,random:0.5' ('': random_ratio's)
+order_curriculum = 0  # 'mixed': iterations from all left to right to the mix, linearly (0: the mix from the start)
+fim_max_span = 0  # 'fim' orders: a span of 1..fim_max_span tokens (0: block_size) read after the rest
 # model
 n_layer = 12
 n_head = 12
@@ -111,7 +117,7 @@ VAL_SETS = ('wikitext2', 'wikitext103', 'ptb')  # the benchmark sets with a vali
 check_settings(globals(), {
     **dict.fromkeys(['batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
                      'eval_iters', 'n_layer', 'n_head', 'n_embd', 'cond_dim', 'order_block'], at_least(1)),
-    'max_iters': at_least(0), 'warmup_iters': at_least(0), 'lr_decay_iters': at_least(1),
+    'max_iters': at_least(0), 'order_curriculum': at_least(0), 'fim_max_span': at_least(0), 'warmup_iters': at_least(0), 'lr_decay_iters': at_least(1),
     'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
@@ -135,6 +141,41 @@ except ValueError as e:
     fail(e)
 if order_file and order != 'fixed_random':
     fail(f'--order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order={order})')
+
+
+def read_mix():
+    """The shares of a 'mixed' run's order families: --order_mix, or the paper's two from random_ratio."""
+    if order != 'mixed':
+        given = [k for k in ('order_mix', 'order_curriculum', 'fim_max_span') if k in overridden]
+        if given:
+            fail(f'--{given[0]} sets the orders of a mixed run: add --order=mixed (got --order={order})')
+        return None
+    if not order_mix:
+        return paper_mix(random_ratio)
+    if 'random_ratio' in overridden:
+        fail(f'--order_mix={order_mix} and --random_ratio={random_ratio} both give the shares: drop --random_ratio '
+             f'(its mix is random:{random_ratio:g},l2r:{1 - random_ratio:g})')
+    try:
+        return parse_mix(order_mix)
+    except ValueError as e:
+        fail(e)
+
+
+mix = read_mix()
+if order_curriculum > max_iters:
+    fail(f'--order_curriculum={order_curriculum} is longer than training (--max_iters={max_iters}): the mix would '
+         'never be reached; use at most max_iters')
+if fim_max_span > block_size:
+    fail(f'--fim_max_span={fim_max_span} is longer than the block (--block_size={block_size}): use at most '
+         f'{block_size}, or 0 for any length')
+if 'fim_max_span' in overridden and mix is not None and not mix['fim']:
+    fail(f'--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to --order_mix, e.g. '
+         '--order_mix=l2r:0.5,fim:0.5')
+try:
+    gap_settings = parse_gaps(eval_gaps, '--eval_gaps')
+    check_gap_sizes(gap_settings, block_size, '--eval_gaps')
+except ValueError as e:
+    fail(e)
 
 
 def read_order_file(path):
@@ -229,6 +270,19 @@ def benchmark_chunks():
 
 
 val_chunks = benchmark_chunks() if val_dataset else None
+GAP_SEED = 1337  # eval_ppl.py's default --seed: every run hides the same tokens of the same chunks
+GAP_MAX_TOKENS = 32768  # slots per forward of the gap scoring, as eval_ppl.py's default --max_tokens
+
+
+def gap_eval_chunks():
+    """The chunks of the in-training gap NLLs: the first eval_iters x batch_size of the val split, cut as
+    eval_ppl.py cuts them (val_dataset's, with one)."""
+    if val_chunks is not None:
+        return val_chunks
+    return make_chunks(load_tokens(os.path.join(dataset_dir, 'val.bin'))[0], block_size)[:eval_iters * batch_size]
+
+
+gap_chunks = gap_eval_chunks() if gap_settings else None
 
 # distributed setup: torchrun sets RANK; one process per device
 ddp = int(os.environ.get('RANK', -1)) != -1 and int(os.environ.get('WORLD_SIZE', 1)) > 1
@@ -334,6 +388,9 @@ else:
 config |= {k: v for k, v in model_args.items() if k in config and k != 'block_size'}
 if model.config.is_encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
     fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
+ordered = [k for k in ('order_mix', 'order_curriculum', 'fim_max_span') if k in overridden]
+if model.config.is_encoder and ordered:  # its honest equivalent, masks of spans, is not built
+    fail(f'the encoder trains on random masks (its NELBO), not on a mix of orders: drop --{ordered[0]}')
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
     fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size})')
 if model.config.vocab_size < vocab_size:
@@ -373,18 +430,18 @@ def to_device(t):
     return t.pin_memory().to(device, non_blocking=True) if device_type == 'cuda' else t.to(device)
 
 
-def model_inputs(x, order_mode, generator=None):
-    """The model's arguments for the rows x, on the device (training.training_inputs)."""
-    inputs = training_inputs(raw_model, x, order_mode, generator, random_ratio, fixed_order, mask_eps)
+def model_inputs(x, order_mode, generator=None, shares=None):
+    """The model's arguments for the rows x, on the device (training.training_inputs); shares: a mixed run's."""
+    inputs = training_inputs(raw_model, x, order_mode, generator, shares, fixed_order, mask_eps, fim_max_span)
     return tuple(to_device(t) for t in inputs)
 
 
-def get_batch(split, order_mode, generator=None):
+def get_batch(split, order_mode, generator=None, shares=None):
     # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
     data = np.memmap(os.path.join(dataset_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
     x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
-    return model_inputs(x, order_mode, generator)
+    return model_inputs(x, order_mode, generator, shares)
 
 
 def eval_batches(split, order_mode, generator):
@@ -425,6 +482,29 @@ def estimate_losses():
                         _, loss = eval_model(x, *args)
                     losses.setdefault(key, []).append(loss.item())
             out.update({f'{split}_{key}': sum(v) / len(v) for key, v in losses.items()})
+    return out | gap_losses()
+
+
+@torch.no_grad()
+def gap_losses():
+    """The val NLL per gap token of each eval_gaps setting given the rest of its chunk, as eval_ppl.py --gaps
+    reads it: a decoder's gap after the rest, left to right ('gap l2r'), and from the left side only ('_left');
+    the encoder's gap revealed left to right ('revealed l2r')."""
+    model, out = ema.module, {}
+    if not gap_settings:
+        return out
+    l2r = None if model.config.is_encoder else \
+        torch.stack([decoder_l2r_logprobs(model, x.to(device), ctx) for x in gap_chunks])
+    for kind, size in gap_settings:
+        gaps = [chunk_gap(x, kind, size, GAP_SEED) for x in gap_chunks]
+        n_tokens, name = sum(len(g) for g in gaps), f'val_gap_{kind}{size:g}'
+        if model.config.is_encoder:
+            logp = encoder_l2r_logprobs(model, gap_chunks, GAP_MAX_TOKENS, ctx, gaps=gaps)[0]
+            out[name] = -logp.double().sum().item() / n_tokens
+            continue
+        both = decoder_gap_logprobs(model, gap_chunks, gaps, 0, GAP_MAX_TOKENS, GAP_SEED, ctx)[:, 0]
+        out[name] = -both.sum().item() / n_tokens
+        out[f'{name}_left'] = -left_gap_logprobs(l2r, gaps).sum().item() / n_tokens
     return out
 
 
@@ -541,7 +621,8 @@ while True:
         print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
               f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}" +
               (f" | fixed order train {losses['train_fixed']:.4f} val {losses['val_fixed']:.4f}"
-               if 'val_fixed' in losses else ''))
+               if 'val_fixed' in losses else '') +
+              ''.join(f" | {key[4:]} {value:.4f}" for key, value in losses.items() if key.startswith('val_gap')))
         if eval_only:
             break
         for name, value in losses.items():
@@ -571,10 +652,11 @@ while True:
         sys.exit(PREEMPTED)
 
     seed_iteration(iter_num)
+    shares = None if mix is None else mix_at(mix, iter_num, order_curriculum)
     for micro_step in range(gradient_accumulation_steps):
         if ddp:  # all-reduce the gradients only once, on the last micro-step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        inputs = get_batch('train', order)
+        inputs = get_batch('train', order, shares=shares)
         with ctx:
             _, loss = model(*inputs)
             loss = loss / gradient_accumulation_steps

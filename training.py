@@ -2,9 +2,69 @@
 What training needs besides the model: the orders a decoder reads its sequences in, the masks the
 encoder sees them through, and the EMA of the weights.
 """
+import itertools
+
 import torch
 
 ORDER_MODES = ('mixed', 'l2r', 'random', 'fixed_random', 'block_random')
+# the families a 'mixed' run draws each row's order from, in the order a row's uniform picks them (random first:
+# the paper's mix, random_ratio r, is {'random': r, 'l2r': 1 - r} and draws exactly as it always did)
+ORDER_FAMILIES = ('random', 'l2r', 'fim')
+
+
+def paper_mix(random_ratio):
+    return {'random': random_ratio, 'l2r': 1 - random_ratio, 'fim': 0.0}
+
+
+def parse_mix(text):
+    """--order_mix as {family: share}, e.g. 'l2r:0.1,fim:0.4,random:0.5'; ValueError naming the problem."""
+    example = "e.g. --order_mix=l2r:0.1,fim:0.4,random:0.5"
+    mix = {}
+    for item in text.split(','):
+        family, _, share = item.strip().partition(':')
+        if family not in ORDER_FAMILIES:
+            raise ValueError(f"--order_mix: {family!r} is not an order family (one of {', '.join(ORDER_FAMILIES)}); "
+                             f'{example}')
+        if family in mix:
+            raise ValueError(f'--order_mix names {family} twice; {example}')
+        try:
+            mix[family] = float(share)
+        except ValueError:
+            raise ValueError(f'--order_mix: the share of {family} must be a number, got {share!r}; {example}') from None
+        if not 0 <= mix[family] <= 1:
+            raise ValueError(f'--order_mix: the share of {family} must be in [0, 1], got {share}; {example}')
+    if abs(sum(mix.values()) - 1) > 1e-6:
+        raise ValueError(f'--order_mix: the shares must sum to 1, got {sum(mix.values()):g} ({text}); {example}')
+    return {family: mix.get(family, 0.0) for family in ORDER_FAMILIES}
+
+
+def run_mix(config):
+    """The shares of order families a run's settings (train.py's config) trained a decoder on; None for one of
+    the other order modes, or the encoder. A checkpoint that records no settings is the authors': the paper's mix."""
+    if config.get('order', 'mixed') != 'mixed' or config.get('architecture') == 'encoder':
+        return None
+    return parse_mix(config['order_mix']) if config.get('order_mix') else paper_mix(config.get('random_ratio', 0.9))
+
+
+def describe_orders(config):
+    """A run's training orders in words, e.g. '10% l2r, 40% fim, 50% random' (model cards, sample.py)."""
+    if config.get('architecture') == 'encoder':
+        return 'random masks (the NELBO)'
+    mix = run_mix(config)
+    if mix is None:
+        return config.get('order', 'mixed')
+    text = ', '.join(f'{share:.0%} {family}' for family, share in mix.items() if share)
+    curriculum = config.get('order_curriculum', 0)
+    span = config.get('fim_max_span', 0)
+    return text + (f', spans of up to {span} tokens' if mix['fim'] and span else '') + \
+        (f', reached linearly from all l2r over {curriculum:,} iterations' if curriculum else '')
+
+
+def mix_at(mix, iteration, curriculum_iters):
+    """The shares at an iteration of a curriculum: all left to right at iteration 0, moving linearly to the final
+    mix by curriculum_iters (0: the mix from the start)."""
+    w = min(1.0, iteration / curriculum_iters) if curriculum_iters else 1.0
+    return {family: w * share + (1 - w) * (family == 'l2r') for family, share in mix.items()}
 
 
 def make_fixed_order(mode, block_size, order_block, generator=None):
@@ -18,8 +78,19 @@ def make_fixed_order(mode, block_size, order_block, generator=None):
     return None
 
 
-def sample_orders(mode, batch_size, seq_len, generator=None, random_ratio=0.9, fixed_order=None):
-    """One order (a permutation of 0..seq_len-1) per row, (batch_size, seq_len), on the CPU."""
+def fim_orders(batch_size, seq_len, generator=None, max_span=0):
+    """Fill-in-the-middle orders, (batch_size, seq_len): a span of uniform length 1..max_span (0: seq_len) at a
+    uniform place, read after the rest of the row, each part left to right: how eval_ppl.py --gaps reads a gap."""
+    length = torch.randint(1, (max_span or seq_len) + 1, (batch_size, 1), generator=generator)
+    start = (torch.rand(batch_size, 1, generator=generator, dtype=torch.float64) * (seq_len - length + 1)).long()
+    positions = torch.arange(seq_len)
+    in_span = (positions >= start) & (positions < start + length)
+    return (positions + seq_len * in_span).argsort(dim=1)  # the rest's keys below the span's, each part in order
+
+
+def sample_orders(mode, batch_size, seq_len, generator=None, mix=None, fixed_order=None, fim_max_span=0):
+    """One order (a permutation of 0..seq_len-1) per row, (batch_size, seq_len), on the CPU. 'mixed' draws each
+    row's family by mix ({family: share}; None: the paper's 90% random, 10% left to right)."""
     identity = torch.arange(seq_len).expand(batch_size, seq_len)
     if mode == 'l2r':
         return identity.clone()
@@ -31,8 +102,13 @@ def sample_orders(mode, batch_size, seq_len, generator=None, random_ratio=0.9, f
         return random
     if mode != 'mixed':
         raise ValueError(f'unknown order mode {mode!r}, expected one of {ORDER_MODES}')
-    l2r_rows = torch.rand(batch_size, 1, generator=generator) >= random_ratio
-    return torch.where(l2r_rows, identity, random)
+    shares = [(mix or paper_mix(0.9)).get(family, 0.0) for family in ORDER_FAMILIES]
+    u = torch.rand(batch_size, 1, generator=generator)
+    family = sum(u >= edge for edge in itertools.accumulate(shares[:-1]))  # 0 random, 1 l2r, 2 fim
+    orders = torch.where(family == 1, identity, random)
+    if shares[2] > 0:  # drawn only then, so that a mix without FIM draws as the paper's always did
+        orders = torch.where(family == 2, fim_orders(batch_size, seq_len, generator, fim_max_span), orders)
+    return orders
 
 
 def sample_masks(batch_size, seq_len, generator=None, eps=1e-3):
@@ -58,13 +134,13 @@ def l2r_cuts(batch_size, seq_len, generator=None):
     return positions >= cut, torch.where(positions == cut, float(seq_len), 0.0)
 
 
-def training_inputs(model, x, mode, generator=None, random_ratio=0.9, fixed_order=None, mask_eps=1e-3):
+def training_inputs(model, x, mode, generator=None, mix=None, fixed_order=None, mask_eps=1e-3, fim_max_span=0):
     """The model's arguments for a training batch x (B, T), the new ones on the CPU: a decoder's orders in
     `mode` (sample_orders); the encoder's masks and weights: its NELBO (sample_masks), or for mode 'l2r'
     its left-to-right loss at one position per row (l2r_cuts)."""
     B, T = x.shape
     if not model.config.is_encoder:
-        return x, sample_orders(mode, B, T, generator, random_ratio, fixed_order)
+        return x, sample_orders(mode, B, T, generator, mix, fixed_order, fim_max_span)
     if mode == 'l2r':
         return x, *l2r_cuts(B, T, generator)
     return x, *sample_masks(B, T, generator, mask_eps)

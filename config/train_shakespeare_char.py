@@ -4,6 +4,7 @@
 out_dir = 'out-shakespeare-char'
 eval_interval = 250
 eval_iters = 20
+eval_gaps = 'span:4,span:16'  # also the val NLL of 4- and 16-character gaps given the rest (320 chunks)
 log_interval = 100
 
 dataset = 'shakespeare_char'

@@ -35,7 +35,9 @@ def smoke(workdir, tmp_path_factory, one_thread):
     out = tmp_path_factory.mktemp('findings') / 'smoke'
     readme = out.parent / 'README.md'
     readme.write_text(README)
-    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', f'--readme={readme}', cwd=workdir)
+    # all but finding orders, whose 18 runs would double the fixture's time (its own tests are below)
+    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', f'--readme={readme}',
+                        '--only=1,2,3,4,6,8,plateau,long,length,infill', cwd=workdir)
     return out, result.stdout, readme
 
 
@@ -416,3 +418,108 @@ def test_line_figure_draws_the_curves_bands_and_lines(tmp_path):
     assert list(lines['two seeds'].get_ydata()) == pytest.approx([3.1, 2.7, 2.1])  # the mean over seeds
     assert len(ax.collections) == 1 and len(ax.patches) == 1  # a band for two seeds only; the bound's range
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ['two seeds', 'one seed', 'a bound']
+
+
+# -----------------------------------------------------------------------------
+# finding orders
+
+def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
+    import findings
+    p, seeds = findings.PRESETS['cpu'], [1337, 1, 2]
+    point = dict(learning_rate=3e-3, gate_init=1.0, position_encoding='rotary')
+    chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
+              (('mixed', 3e-3), ('l2r', 1e-2), ('encoder', 3e-3))}
+    runs = findings.order_runs(p, chosen, seeds)
+    assert len(runs) == 7 * 3 + 2 * 2
+    base = findings.run_flags(p, 'mixed', chosen['mixed'][0], 2) | dict(eval_gaps='span:4,span:16')
+    assert runs['orders-paper-s2'] == base and base['random_ratio'] == 0.9
+    assert runs['orders-l2r50-s2'] == base | dict(random_ratio=0.5)
+    assert runs['orders-curriculum-s2'] == base | dict(order_curriculum=1000)
+    without_ratio = {k: v for k, v in base.items() if k != 'random_ratio'}  # its shares are the whole mix
+    assert runs['orders-fim-gpt-s2'] == without_ratio | dict(order_mix='l2r:0.5,fim:0.5')
+    assert runs['orders-gpt-s1']['order'] == 'l2r' and runs['orders-gpt-s1']['learning_rate'] == 1e-2
+    assert runs['orders-encoder-s1']['architecture'] == 'encoder'
+    assert runs['orders-gpt-x4-s1'] == runs['orders-gpt-s1'] | dict(max_iters=8000, lr_decay_iters=8000,
+                                                                     eval_interval=1000)
+    assert list(runs)[0] == 'orders-gpt-s1337'  # the scorer first
+    folders = {name: f'runs/{name}' for name in runs}
+    gen = [job for job in findings.order_eval_jobs(p, seeds, folders) if job.name.startswith('gen-ppl')]
+    assert len(gen) == 7 * 3 and all(job.needs == ('runs/orders-gpt-s1337', job.needs[1]) for job in gen)
+    gpt = next(job for job in gen if job.name == 'gen-ppl orders-gpt-s2')
+    assert '--order=l2r' in gpt.argv and '--scorer=runs/orders-gpt-s1337/ckpt.pt' in gpt.argv
+    assert not any('--order=l2r' in job.argv for job in gen if job is not gpt and 'orders-gpt-' not in job.name)
+
+
+def test_a_job_starts_only_after_the_training_it_needs(tmp_path):
+    import findings
+    stamp = 'import sys, time; open(sys.argv[1], "a").write(sys.argv[2] + " %f\\n" % time.time()); time.sleep(0.3)'
+    script = tmp_path / 'stamp.py'
+    script.write_text(stamp)
+    log = tmp_path / 'order.txt'
+    folder = str(tmp_path / 'run')
+    job = lambda name, needs=(), settings=None: findings.Job(
+        name, [str(script), str(log), name], str(tmp_path / (name + '.log')) if settings is None else
+        os.path.join(folder, 'train.log'), False, settings, tuple(needs))
+    # the evaluation first in the list, as findings.py lists them: it still waits for its run
+    ran = findings.run_jobs([job('eval', [folder]), job('other'), job('train', settings={})], 2, 1)
+    order = [line.split()[0] for line in log.read_text().splitlines()]
+    assert ran == 3 and order.index('train') < order.index('eval')
+
+
+def write_arm(runs, name, l2r, ao, gap_both, gap_left, nll, column='gap_l2r'):
+    """A run folder as finding orders reads it: final losses, gaps.json at spans 1, 4, 32, gen_orders.json."""
+    folder = runs / name
+    folder.mkdir(parents=True)
+    records = [dict(iter=i, val_l2r=l2r + 1 / (i + 1), val_ao=ao + 1 / (i + 1), val_gap_span4=gap_both,
+                    val_gap_span4_left=gap_left) for i in (0, 30)]
+    (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+    nlls = {f'span:{L}': dict(nll={column: gap_both + L / 100, 'left': gap_left + L / 100}) for L in (1, 4, 32)}
+    (folder / 'gaps.json').write_text(json.dumps(dict(block_size=32, results=dict(shakespeare_char=nlls))))
+    rows = [dict(steps=k, gen_ppl=math.exp(nll), entropy=2.5, sample_nll=[nll - 0.1, nll + 0.1]) for k in (4, 32)]
+    (folder / 'gen_orders.json').write_text(json.dumps(dict(results=rows)))
+    return str(folder)
+
+
+def test_the_orders_claims_read_each_arms_numbers(tmp_path):
+    """Synthetic arms with known numbers: the tax, the gaps against the GPT's left side, the FIM GPT, the
+    any-order cost, the samples and the longer pair's tax come out as built."""
+    import findings
+    p, seeds = findings.PRESETS['smoke'], [1337, 1]
+    runs, folders = tmp_path / 'runs', {}
+    # (l2r loss, any-order loss, gap NLL given both sides, from the left only, sample NLL) of each arm, seed 1337;
+    # seed 1 adds 0.02 to every number
+    arms = {'gpt': (1.6, 4.0, 3.0, 1.5, 1.7),  # the GPT's 'both sides' column is not what it reads of a gap
+            'paper': (2.0, 2.2, 1.8, 2.0, 3.3), 'l2r50': (1.8, 2.23, 1.6, 1.7, 3.0),
+            'curriculum': (2.0, 2.2, 1.8, 2.0, 3.3), 'fim-mix': (1.95, 2.21, 1.3, 2.0, 3.1),
+            'fim-gpt': (1.65, 2.6, 1.35, 1.6, 2.5), 'encoder': (2.4, 2.3, 1.7, 9.0, 3.5)}
+    for arm, numbers in arms.items():
+        for i, s in enumerate(seeds):
+            name = findings.order_run(arm, s)
+            folders[name] = write_arm(runs, name, *(v + 0.02 * i for v in numbers),
+                                      column='revealed' if arm == 'encoder' else 'gap_l2r')
+    for i, s in enumerate(seeds):  # the longer pair: a tax of 0.2 (at the preset's iterations: 0.4)
+        for arm, l2r in (('paper', 1.7), ('gpt', 1.5)):
+            name = findings.order_run(arm, s, 2)
+            folders[name] = write_arm(runs, name, l2r + 0.01 * i, 2.0, 1.5, 1.5, 2.0)
+    m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
+    figures, claims = findings.finding_orders(m, p)
+    assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
+    effect = lambda start, arm: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
+                                     if c['claim'].startswith(start.format(arm=findings.ORDER_ARMS[arm][0])))
+    verdict = lambda start, arm: next(c['verdict'] for c in claims
+                                      if c['claim'].startswith(start.format(arm=findings.ORDER_ARMS[arm][0])))
+    tax = '(Ours) {arm} reads left to right within'
+    assert effect(tax, 'paper') == pytest.approx(0.4) and verdict(tax, 'paper') == 'does not hold'
+    assert effect(tax, 'fim-gpt') == pytest.approx(0.05)
+    gaps = '(Ours) {arm} fills gaps better than'
+    # the GPT's left side (1.5 + L/100) minus the arm's both sides, over spans 1 and 4 (32 is the block)
+    assert effect(gaps, 'fim-mix') == pytest.approx(0.2) and effect(gaps, 'encoder') == pytest.approx(-0.2)
+    assert effect('(Ours) {arm} fills gaps at least as well as the FIM GPT', 'paper') == pytest.approx(-0.45)
+    assert effect('(Ours) {arm} keeps its any-order loss', 'l2r50') == pytest.approx(0.03)
+    assert effect("(Ours) {arm}'s samples at 32 steps", 'fim-gpt') == pytest.approx(0.8)
+    longer = claims[-1]
+    assert longer['claim'].startswith('(Ours) The any-order tax shrinks with training')
+    assert longer['numbers']['effect [95% interval] (n)'].effect == pytest.approx(0.2)
+    stuck = findings.Measured(folders, str(tmp_path), seeds, unigram=2.3)  # the encoder's NELBO is at the unigram
+    assert all(c['verdict'] == findings.NOT_JUDGED for c in findings.finding_orders(stuck, p)[1]
+               if findings.ORDER_ARMS['encoder'][0] in c['claim'])

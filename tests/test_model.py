@@ -11,7 +11,7 @@ from fixtures.reference import load
 from checkpoints import load_checkpoint, reference_state_dict
 from engine import Engine, KVCache
 from model import GPT, GPTConfig, build_model
-from training import make_ema, make_fixed_order, sample_orders
+from training import make_ema, make_fixed_order, paper_mix, sample_orders
 
 
 @pytest.fixture(scope='module')
@@ -176,11 +176,11 @@ def test_order_modes():
     B, T = 20000, 8
     for mode in ['mixed', 'l2r', 'random', 'fixed_random', 'block_random']:
         fixed = make_fixed_order(mode, T, 4, gen)
-        orders = sample_orders(mode, B, T, gen, random_ratio=0.9, fixed_order=fixed)
+        orders = sample_orders(mode, B, T, gen, paper_mix(0.9), fixed_order=fixed)
         assert orders.shape == (B, T)
         assert torch.equal(orders.sort(1).values, torch.arange(T).expand(B, T)), mode
     identity = torch.arange(T)
-    mixed = sample_orders('mixed', B, T, gen, random_ratio=0.9)
+    mixed = sample_orders('mixed', B, T, gen, paper_mix(0.9))
     l2r_fraction = (mixed == identity).all(1).float().mean().item()
     assert abs(l2r_fraction - (0.1 + 0.9 / math.factorial(T))) < 0.01
     random = sample_orders('random', B, T, gen)
