@@ -76,9 +76,9 @@ from common import (DTYPES, at_least, autocast, check_device, check_settings, de
                     is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint)
 from configurator import configure
 from engine import compile_forward
-from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
-                     ensemble_sizes, hf_l2r_logprobs, left_gap_logprobs, mixture_logprobs, nelbo_bound, nelbo_estimates,
-                     parse_gaps, perplexities, perplexity, score_chunks)
+from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
+                     encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, left_gap_logprobs, mixture_logprobs,
+                     nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity, score_chunks)
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder

@@ -54,10 +54,10 @@ FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'],
                  '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
                  'length': ['mixed', 'encoder', 'l2r'], 'infill': ['mixed', 'encoder', 'l2r'],
                  'orders': ['mixed', 'encoder', 'l2r']}
-NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders'}  # the findings a preset runs only if it has this entry
+NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders'}  # findings a preset runs only if it has this entry
 # finding orders: models trained on distributions over orders (train.py's order settings), every AO-GPT arm at the
-# mixed kind's chosen settings, the GPT and the encoder at their own: {arm: (label, kind)}, the GPT first (its first run scores the samples);
-# order_arms gives the flags
+# mixed kind's chosen settings, the GPT and the encoder at their own: {arm: (label, kind)}, the GPT first (its first
+# run scores the samples); order_arms gives the flags
 ORDER_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
               'paper': ("AO-GPT, the paper's mix: 10% left to right", 'mixed'),
               'l2r50': ('AO-GPT, 50% left to right', 'mixed'),
@@ -69,7 +69,8 @@ ORDER_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
 
 def order_arms(max_iters):
     """finding orders' order flags of each arm, over its kind's: the curriculum takes the first half of training."""
-    return {'gpt': {}, 'paper': {}, 'l2r50': dict(random_ratio=0.5), 'curriculum': dict(order_curriculum=max_iters // 2),
+    return {'gpt': {}, 'paper': {}, 'l2r50': dict(random_ratio=0.5),
+            'curriculum': dict(order_curriculum=max_iters // 2),
             'fim-mix': dict(order_mix='l2r:0.1,fim:0.4,random:0.5'), 'fim-gpt': dict(order_mix='l2r:0.5,fim:0.5'),
             'encoder': {}}
 
@@ -207,22 +208,23 @@ CLAIMS = {
     'length variant': "(Ours) At block {block} AO-GPT with '{positions}' ends with a lower any-order loss than with "
                       "'rotary' (each its own swept rate; effect: rotary minus the variant, final EMA val any-order "
                       'loss, nats).',
-    'orders tax': "(Ours) {arm} reads left to right within {tax} nats of the left-to-right GPT (each on every seed, "
-                  'the same tokens; effect: its final EMA val left-to-right loss minus the GPT\'s; holds if the interval '
-                  'lies below {tax}, does not hold if above it).',
-    'orders gaps': '(Ours) {arm} fills gaps better than the left-to-right GPT reading the left side: its exact NLL per '
-                   'gap token given both sides ({reading}) is below the GPT\'s from the left only (effect: the GPT\'s '
-                   'NLL minus its own, nats per gap token, averaged over the spans {spans}).',
-    'orders fim': '(Ours) {arm} fills gaps at least as well as the FIM GPT (50% left to right, 50% FIM): its NLL per gap '
-                  'token given both sides is not above the FIM GPT\'s by more than the floor ({floor} nats) (effect: the '
-                  'FIM GPT minus it, averaged over the spans {spans}; holds if the interval lies above minus the floor).',
-    'orders ao': "(Ours) {arm} keeps its any-order loss within {cost} nats of the paper's mix (effect: its final EMA val "
-                 "any-order loss minus the paper's mix's; holds if the interval lies below {cost}, does not hold if above "
-                 'it).',
+    'orders tax': '(Ours) {arm} reads left to right within {tax} nats of the left-to-right GPT (each on every seed, '
+                  "the same tokens; effect: its final EMA val left-to-right loss minus the GPT's; holds if the "
+                  'interval lies below {tax}, does not hold if above it).',
+    'orders gaps': '(Ours) {arm} fills gaps better than the left-to-right GPT reading the left side: its exact NLL '
+                   "per gap token given both sides ({reading}) is below the GPT's from the left only (effect: the "
+                   "GPT's NLL minus its own, nats per gap token, averaged over the spans {spans}).",
+    'orders fim': '(Ours) {arm} fills gaps at least as well as the FIM GPT (50% left to right, 50% FIM): its NLL per '
+                  "gap token given both sides is not above the FIM GPT's by more than the floor ({floor} nats) "
+                  '(effect: the FIM GPT minus it, averaged over the spans {spans}; holds if the interval lies above '
+                  'minus the floor).',
+    'orders ao': "(Ours) {arm} keeps its any-order loss within {cost} nats of the paper's mix (effect: its final EMA "
+                 "val any-order loss minus the paper's mix's; holds if the interval lies below {cost}, does not hold "
+                 'if above it).',
     'orders samples': "(Ours) {arm}'s samples at {steps} steps (temperature 1, random orders) score better than the "
-                      "paper's mix's under one left-to-right GPT (effect: the paper's mix's mean per-sample NLL minus "
-                      'its own, nats).',
+                      "paper's mix's under one left-to-right GPT (effect: the paper's mix's mean per-sample NLL minus"
+                      ' its own, nats).',
     'orders longer': "(Ours) The any-order tax shrinks with training: the paper's mix's left-to-right loss above the "
-                     "GPT's (same seed) is smaller after {times}x the iterations (effect: the tax at {iters} iterations "
-                     'minus the tax at {longer}, nats).',
+                     "GPT's (same seed) is smaller after {times}x the iterations (effect: the tax at {iters} "
+                     'iterations minus the tax at {longer}, nats).',
 }

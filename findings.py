@@ -1053,7 +1053,8 @@ def finding_orders(m, p):
     for arm in ORDER_ARMS:
         numbers |= {f"{label[arm]}: final val loss, {reading}": spread(finals(arm, key))
                     for reading, key in (('left to right', 'val_l2r'), ('any order', 'val_ao'))}
-        numbers |= {f'{label[arm]}: gap NLL, span {L}, both sides': spread([gap(n, L) for n in runs[arm]]) for L in spans}
+        numbers |= {f'{label[arm]}: gap NLL, span {L}, both sides': spread([gap(n, L) for n in runs[arm]])
+                    for L in spans}
         if arm != 'encoder':
             numbers |= {f'{label[arm]}: gap NLL, span {L}, left only': spread([gap(n, L, 'left') for n in runs[arm]])
                         for L in spans}
@@ -1067,9 +1068,9 @@ def finding_orders(m, p):
                          [[gap(n, L) for n in runs[arm]] for L in spans]) for arm in ORDER_ARMS], logx=True)
     key = f"val_gap_span{p['orders']['train']['eval_gaps'].split(',')[-1].split(':')[1]}"
     curves = m.figure('ours_orders_training.png', f'(Ours) In training: {key[8:]} given both sides', 'iteration',
-                      'NLL per gap token (nats)', [m.curves(label[arm], runs[arm], key) for arm in ORDER_ARMS
-                                                   if arm != 'gpt'] + [m.curves(f"{label['gpt']}, left only", runs['gpt'],
-                                                                                 f'{key}_left')])
+                      'NLL per gap token (nats)',
+                      [m.curves(label[arm], runs[arm], key) for arm in ORDER_ARMS if arm != 'gpt'] +
+                      [m.curves(f"{label['gpt']}, left only", runs['gpt'], f'{key}_left')])
     text = dict(tax=TAX, cost=AO_COST, floor=FLOOR, spans=', '.join(map(str, inner)))
     within = lambda bound: lambda interval, _: ('holds' if interval.high < bound else 'does not hold'
                                                 if interval.low > bound else 'not resolvable at this size')
@@ -1102,12 +1103,13 @@ def longer_claim(m, p):
     """The tax (the paper's mix's left-to-right loss minus the GPT's of the same seed) at the preset's iterations
     against `longer` times them, on the longer pair's seeds."""
     times, seeds = p['orders']['longer'], m.seed_list[:p['orders']['longer_seeds']]
-    tax = lambda t: [m.metrics(order_run('paper', s, t))[-1]['val_l2r'] - m.metrics(order_run('gpt', s, t))[-1]['val_l2r']
-                     for s in seeds]
+    final = lambda arm, s, t: m.metrics(order_run(arm, s, t))[-1]['val_l2r']
+    tax = lambda t: [final('paper', s, t) - final('gpt', s, t) for s in seeds]
     iters = p['train']['max_iters']
     names = [order_run(arm, s, t) for arm in ('paper', 'gpt') for s in seeds for t in (1, times)]
     return claim(CLAIMS['orders longer'].format(times=times, iters=iters, longer=iters * times),
-                 {f'tax at {iters} iterations, per seed': tax(1), f'tax at {iters * times} iterations, per seed': tax(times)},
+                 {f'tax at {iters} iterations, per seed': tax(1),
+                  f'tax at {iters * times} iterations, per seed': tax(times)},
                  unpaired_interval(tax(1), tax(times)), stuck=m.stuck(names))
 
 

@@ -33,7 +33,8 @@ import torch
 from checkpoints import token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, find_checkpoint, infill_order,
-                    int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options, speculation_k)
+                    int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options,
+                    speculation_k)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate
 

@@ -51,7 +51,8 @@ out_dir = 'out'
 eval_interval = 2000
 log_interval = 10
 eval_iters = 200
-eval_gaps = ''  # also each gap's val NLL given the rest (as eval_ppl.py --gaps) on eval_iters x batch_size chunks, e.g. span:4,span:16
+eval_gaps = ''  # also each gap's val NLL given the rest, as eval_ppl.py --gaps, e.g. span:4,span:16 (on eval_iters x
+# batch_size val chunks)
 eval_only = False  # evaluate the checkpoint once and exit
 init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), or a checkpoint path / hf:...
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
@@ -117,7 +118,8 @@ VAL_SETS = ('wikitext2', 'wikitext103', 'ptb')  # the benchmark sets with a vali
 check_settings(globals(), {
     **dict.fromkeys(['batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
                      'eval_iters', 'n_layer', 'n_head', 'n_embd', 'cond_dim', 'order_block'], at_least(1)),
-    'max_iters': at_least(0), 'order_curriculum': at_least(0), 'fim_max_span': at_least(0), 'warmup_iters': at_least(0), 'lr_decay_iters': at_least(1),
+    'max_iters': at_least(0), 'order_curriculum': at_least(0), 'fim_max_span': at_least(0),
+    'warmup_iters': at_least(0), 'lr_decay_iters': at_least(1),
     'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
