@@ -74,9 +74,18 @@ def hub_file(name):
 
 
 def save_checkpoint(checkpoint, path):
-    """torch.save through a temporary file and a rename: a crash mid-write never leaves a broken file."""
-    torch.save(checkpoint, path + '.tmp')
+    """torch.save to a temporary file, flushed to the disk (fsync), then renamed into place and the rename flushed
+    too: neither a crash nor a power cut mid-write leaves a broken or empty file where the old one was."""
+    with open(path + '.tmp', 'wb') as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(path + '.tmp', path)
+    folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def load_weights_only(path, device='cpu'):

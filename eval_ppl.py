@@ -77,8 +77,9 @@ from common import (DTYPES, at_least, autocast, check_device, check_settings, de
 from configurator import configure
 from engine import compile_forward
 from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
-                     encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, left_gap_logprobs, mixture_logprobs,
-                     nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity, score_chunks)
+                     encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, hf_start_logprobs, left_gap_logprobs,
+                     mixture_logprobs, nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity,
+                     score_chunks)
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder
@@ -97,7 +98,8 @@ seed = 1337
 out_json = ''
 device = default_device()
 dtype = 'float32'  # any-order and ensemble numbers (their AO-GPT scripts: float32; their sigma-GPT one: bfloat16)
-l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype
+l2r_dtype = 'auto'  # left-to-right: 'auto' (bf16 autocast on a GPU that has it, float32 for HF models) or a dtype;
+# --gaps reads every column in dtype
 compile = False  # torch.compile the model's forward, with dynamic shapes (the query batches vary in size)
 encoder_l2r = True  # an encoder's exact left-to-right perplexity: n forwards per chunk (O(n^2)); False skips it
 mc_samples = 32  # an encoder's masks per chunk for its NELBO, one per stratum of the masking level
@@ -194,7 +196,10 @@ def main(given=()):
             print(f'note: --{key} is ignored: it sets {ENCODER_ONLY[key]}, and {source} is not an encoder')
     if compile:
         compile_forward(model)
-    precision = l2r_precision(l2r_dtype, device, hf)
+    # a gap table's columns compare models and readings, so all of them are in one precision: --dtype's
+    precision = dtype if gap_settings else l2r_precision(l2r_dtype, device, hf)
+    if gap_settings and 'l2r_dtype' in given:
+        print(f'note: --l2r_dtype is ignored with --gaps: every column of the gap table is in --dtype={dtype}')
     l2r_ctx = autocast(device, precision)
     if gap_settings:
         describe_gap_columns(source, hf, encoder, l2r_only)
@@ -261,7 +266,7 @@ def describe_gap_columns(source, hf, encoder, l2r_only):
               f'({mc_samples} stratified masks of the gap per chunk, ± its s.e. over chunks)')
     elif l2r_only:
         print(f'gaps: {source} reads left to right only: each gap token given all before it (left only)' +
-              (', the first token of a chunk unscored (it has no context)' if hf else ''))
+              (', a chunk\'s first token after <|endoftext|>' if hf else ''))
         if ensemble > 1:
             print('note: --ensemble is ignored: a left-to-right model reads no other order')
     else:
@@ -271,11 +276,11 @@ def describe_gap_columns(source, hf, encoder, l2r_only):
 
 
 def l2r_rows(model, chunks, hf, l2r_ctx, desc):
-    """A decoder's or Hugging Face model's log p(x_i | x_<i) of every token of every chunk: (N, n), position 0 a
-    Hugging Face model's 0 (unscored: it has no context)."""
+    """A decoder's or Hugging Face model's log p(x_i | x_<i) of every token of every chunk: (N, n); a Hugging Face
+    model reads position 0 after its start token, so its gaps are every other kind's, token for token."""
     if hf:
         l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, desc).view(len(chunks), -1)
-        return torch.cat([torch.zeros(len(chunks), 1), l2r], 1)
+        return torch.cat([hf_start_logprobs(model, chunks[:, 0], l2r_ctx)[:, None], l2r], 1)
     on = next(model.parameters()).device
     return torch.stack([decoder_l2r_logprobs(model, x.to(on), l2r_ctx) for x in chunks])
 
@@ -285,8 +290,6 @@ def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r, l2r_
     has, and each chunk's (chunk_nll, for paired comparisons); an encoder's NELBO bound with its s.e. over chunks."""
     t0 = time.time()
     positions = [chunk_gap(x, kind, size, seed) for x in chunks]
-    if hf:  # the first token has no context: a Hugging Face model does not score it
-        positions = [g[g > 0] for g in positions]
     lengths = torch.tensor([len(g) for g in positions], dtype=torch.float64)
     columns, nelbo = gap_logprobs(model, chunks, positions, encoder, l2r_only, l2r, l2r_ctx, f'{name} {kind}:{size}')
     nll = {k: (-v.sum() / lengths.sum()).item() for k, v in columns.items()}

@@ -262,9 +262,12 @@ class Tokenizer:
         return [self.encode(text) if ok else None for ok, text in zip(self.readable(texts), texts)]
 
     def encode_prompt(self, context, room):
-        """The context's last room tokens; None where the characters a char model keeps of it are impossible."""
-        if not self.readable([context[-room:]])[0]:
-            return None
+        """The context's last room tokens; None where they are impossible. A char model (one token a character)
+        reads, checks and encodes only the characters it keeps, so one outside its vocabulary before them is moot."""
+        if self.vocab != 'gpt2':
+            context = context[max(0, len(context) - room):]
+            if not self.readable([context])[0]:
+                return None
         return self.encode(context)[-room:]
 
     def readable(self, texts):

@@ -167,6 +167,17 @@ def hf_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None):
     return torch.cat(out)
 
 
+@torch.no_grad()
+def hf_start_logprobs(model, tokens, ctx=nullcontext()):
+    """log p(token | the start token) of each token (N,) under a Hugging Face causal LM: a chunk's first token read
+    after <|endoftext|> (GPT-2's start and end of text; a model's bos_token_id where it has one): (N,), on the CPU."""
+    start = model.config.bos_token_id if model.config.bos_token_id is not None else model.config.eos_token_id
+    device = next(model.parameters()).device
+    with ctx:
+        logits = model(torch.tensor([[start]], device=device)).logits[0, -1].float()
+    return F.log_softmax(logits, -1).cpu()[tokens]
+
+
 def perplexity(logprobs):
     return math.exp(-logprobs.mean().item())
 

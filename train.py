@@ -143,6 +143,10 @@ except ValueError as e:
     fail(e)
 if order_file and order != 'fixed_random':
     fail(f'--order_file gives the one order of a fixed-order run: add --order=fixed_random (got --order={order})')
+INIT_MODES = ('scratch', 'resume', 'auto')
+if init_from.lower() in INIT_MODES and init_from not in INIT_MODES and not os.path.exists(init_from):
+    fail(f'--init_from={init_from} is read as a checkpoint path, and there is none: the modes are lower case, '
+         f'--init_from={init_from.lower()}')
 
 
 def read_mix():
@@ -298,6 +302,8 @@ if ddp:
         device = f'cuda:{ddp_local_rank}'
         torch.cuda.set_device(device)
     gradient_accumulation_steps //= ddp_world_size
+    # the stop flag is all-reduced on the CPU: by gloo beside NCCL (on the CPU the default group is gloo already)
+    stop_group = torch.distributed.new_group(backend='gloo') if device.startswith('cuda') else None
 else:
     ddp_rank, ddp_world_size = 0, 1
 master_process = ddp_rank == 0
@@ -354,7 +360,7 @@ model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=bloc
                   gate_init=gate_init, target_injection=target_injection, architecture=architecture,
                   position_encoding=position_encoding)
 iter_num = 0
-resumed_at = None
+evaluated_at = None  # the last iteration whose evaluation is in metrics.jsonl
 checkpoint = None
 vocab_note = ''
 fixed_order = explicit_order if explicit_order is not None else \
@@ -374,7 +380,14 @@ elif init_from == 'resume':
     model.train()
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's (no flag says otherwise)
     iter_num = checkpoint['iter_num']
-    resumed_at = iter_num  # already evaluated and saved there
+    evaluated_at = checkpoint.get('evaluated_at', iter_num)  # a run stopped before an evaluation evaluates on resume
+    if checkpoint.get('world_size', ddp_world_size) != ddp_world_size:
+        message = (f"{init_path} was trained by {checkpoint['world_size']} processes, now {ddp_world_size}: each "
+                   'process draws its own batches, so the run goes on with other data than it would have')
+        if auto:  # a requeue repeats its command: another world size is another job
+            fail(f'--init_from=auto: {message}; resume with the same number of processes, or start a new out_dir')
+        if master_process:
+            print(f'note: {message}')
     fixed_order = checkpoint['fixed_order']
     if explicit_order is not None and not torch.equal(explicit_order, fixed_order):
         fail(f'--order_file={order_file} is not the order {init_path} was trained with: resume without it')
@@ -530,6 +543,8 @@ def checkpoint_now():
         'model_args': model_args,
         'iter_num': iter_num,
         'fixed_order': fixed_order,
+        'evaluated_at': evaluated_at,
+        'world_size': ddp_world_size,  # each process draws its own batches: another count is another run
         'vocab': data_vocab,  # what the token ids mean: 'gpt2' or the dataset's characters
         'config': config,
     }
@@ -587,12 +602,27 @@ def request_stop(signum, frame):
 
 
 def stop_agreed():
-    """Whether any process was asked to stop: under DDP every rank learns it at the same iteration."""
+    """Whether any process was asked to stop: under DDP every rank learns it at the same iteration, from a flag
+    all-reduced on the CPU (stop_group), so the loop never waits for the GPU to learn it."""
     if not ddp:
         return stop_signal is not None
-    asked = torch.tensor(float(stop_signal is not None), device=device)
-    torch.distributed.all_reduce(asked, op=torch.distributed.ReduceOp.MAX)
+    asked = torch.tensor(float(stop_signal is not None))
+    torch.distributed.all_reduce(asked, op=torch.distributed.ReduceOp.MAX, group=stop_group)
     return asked.item() > 0
+
+
+def stop():
+    """Save the iteration the run stopped at (unless out_dir/ckpt.pt holds it) and exit with PREEMPTED."""
+    if master_process and saved_at != iter_num:
+        save_checkpoint(checkpoint_now(), ckpt_path)
+    if master_process:
+        by = signal.Signals(stop_signal).name if stop_signal else "another process's signal"
+        print(f'stopped by {by} at iter {iter_num}: saved {ckpt_path}; the same command with --init_from=auto '
+              'goes on')
+    if ddp:  # every process leaves once the checkpoint is written: torchrun stops the rest when one exits
+        torch.distributed.barrier()
+        destroy_process_group()
+    sys.exit(PREEMPTED)
 
 
 PREEMPTED = 75  # EX_TEMPFAIL: stopped by a signal with a checkpoint; the same command with --init_from=auto goes on
@@ -617,7 +647,9 @@ while True:
     for group in optimizer.param_groups:
         group['lr'] = lr
 
-    evaluate_now = (iter_num % eval_interval == 0 or iter_num == max_iters) and iter_num != resumed_at
+    if not eval_only and stop_agreed():  # before an evaluation, which can outlast a scheduler's grace period
+        stop()
+    evaluate_now = (iter_num % eval_interval == 0 or iter_num == max_iters) and iter_num != evaluated_at
     if master_process and (evaluate_now or eval_only):
         losses = estimate_losses()
         print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
@@ -633,6 +665,7 @@ while True:
                       tokens_per_sec=round(tokens_per_sec, 1), **losses)
         with open(metrics_path, 'a') as f:
             f.write(json.dumps(record) + '\n')
+        evaluated_at = iter_num
         if wandb_log:
             wandb.log(record)
         if iter_num > 0:
@@ -641,17 +674,6 @@ while True:
             print(f'saved checkpoint to {out_dir}')
     if eval_only or iter_num >= max_iters:
         break
-    if stop_agreed():
-        if master_process and saved_at != iter_num:
-            save_checkpoint(checkpoint_now(), ckpt_path)
-        if master_process:
-            by = signal.Signals(stop_signal).name if stop_signal else "another process's signal"
-            print(f'stopped by {by} at iter {iter_num}: saved {ckpt_path}; the same command with '
-                  '--init_from=auto goes on')
-        if ddp:  # every process leaves once the checkpoint is written: torchrun stops the rest when one exits
-            torch.distributed.barrier()
-            destroy_process_group()
-        sys.exit(PREEMPTED)
 
     seed_iteration(iter_num)
     shares = None if mix is None else mix_at(mix, iter_num, order_curriculum)

@@ -93,3 +93,12 @@ def test_gpu_check_dry_run(tmp_path, workdir):
     assert len(verdicts) == 11 and all(v == 'ok,' for _, v in verdicts), report
     for table in ('speculative compiled', 'encoder / AO-GPT', 'ensemble=8', 'forwards/token', 'metrics.jsonl, rotary'):
         assert table in report, table
+
+
+@pytest.mark.parametrize('env, words', [(dict(ONLY='decode bogus'), ('ONLY=decode bogus', 'bogus is not a step')),
+                                        (dict(BUDGET='abc'), ('BUDGET=abc', 'whole number'))])
+def test_gpu_check_refuses_a_setting_it_cannot_read(tmp_path, env, words):
+    result = subprocess.run(['bash', os.path.join(ROOT, 'tools', 'gpu_check.sh')], capture_output=True, text=True,
+                            env=dict(os.environ, OUT=str(tmp_path / 'out'), **env))
+    assert result.returncode == 1 and result.stderr.count('\n') == 1 and all(w in result.stderr for w in words)
+    assert not (tmp_path / 'out').exists()  # refused before anything is written

@@ -123,3 +123,11 @@ def test_openwebtext_tokenize_and_write(tmp_path):
         ids = np.memmap(tmp_path / f'{split}.bin', dtype=np.uint16, mode='r')
         assert counts[split] == len(expected)
         assert ids.tolist() == expected
+
+
+@pytest.mark.parametrize('name', ['shakespeare_char', 'shakespeare', 'python', 'openwebtext'])
+def test_a_prepare_script_refuses_an_argument_it_would_ignore(name, tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, 'data', name, 'prepare.py'), '--bogus=1'],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.count('\n') == 1
+    assert 'takes no arguments, got --bogus=1' in result.stderr and not list(tmp_path.iterdir())

@@ -186,6 +186,29 @@ def test_eval_ppl_gaps_on_a_hugging_face_gpt(workdir, tiny_gpt2, bpe_ckpt):  # b
     run_script('eval_ppl.py', f'--init_from={tiny_gpt2}', '--data_file=data/webtext/val.bin', '--max_chunks=2',
                '--device=cpu', '--out_json=hf-ppl.json', cwd=workdir)
     ppl = json.load(open(workdir / 'hf-ppl.json'))['results']['data/webtext/val.bin']['ppl']['l2r']
-    # the whole chunk, left only: GPT-2's left-to-right loss, its first token unscored as there
-    assert list(result['nll']) == ['left'] and result['tokens'] == 2 * 1023
-    assert result['nll']['left'] == pytest.approx(math.log(ppl), abs=1e-5)
+    # the whole chunk, left only: GPT-2's left-to-right loss, and each chunk's first token read after <|endoftext|>
+    # (by hand here), so that every kind's gaps hold the same tokens
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+    gpt2 = AutoModelForCausalLM.from_pretrained(tiny_gpt2)
+    first = np.fromfile(workdir / 'data' / 'webtext' / 'val.bin', dtype=np.uint16)[[0, 1024]].astype(np.int64)
+    with torch.no_grad():
+        after_start = torch.log_softmax(gpt2(torch.tensor([[50256]])).logits[0, -1], -1)[first].double().sum().item()
+    assert list(result['nll']) == ['left'] and result['tokens'] == 2 * 1024
+    assert result['nll']['left'] * 2048 == pytest.approx(math.log(ppl) * 2046 - after_start, rel=1e-5)
+    # one-token gaps of 4-token chunks, at a seed that puts one at position 0: scored, not dropped
+    xs = torch.from_numpy(np.fromfile(workdir / 'data' / 'webtext' / 'val.bin', dtype=np.uint16)[:32].astype(np.int64))
+    seed = next(s for s in range(100) if any(chunk_gap(x, 'span', 1, s)[0] == 0 for x in xs.view(8, 4)))
+    run_script('eval_ppl.py', f'--init_from={tiny_gpt2}', '--data_file=data/webtext/val.bin', '--gaps=span:1',
+               '--block_size=4', '--max_chunks=8', '--device=cpu', '--out_json=hf-gap1.json', f'--seed={seed}',
+               cwd=workdir)
+    one = json.load(open(workdir / 'hf-gap1.json'))['results']['data/webtext/val.bin']['span:1']
+    assert one['tokens'] == 8 and all(math.isfinite(v) for v in one['chunk_nll']['left'])
+
+
+def test_every_column_of_a_gap_table_is_in_one_precision(workdir, char_ckpt):
+    table = lambda *flags: gap_table(workdir, f'--out_dir={char_ckpt}', '--gaps=span:4', '--ensemble=1', *flags)
+    plain, asked = table('--l2r_dtype=float32'), table('--l2r_dtype=bfloat16')
+    assert asked['span:4']['nll'] == plain['span:4']['nll']  # the left column too: --dtype's float32
+    low = table('--dtype=bfloat16')['span:4']['nll']
+    assert low['left'] != plain['span:4']['nll']['left'] and low['gap_l2r'] != plain['span:4']['nll']['gap_l2r']

@@ -187,6 +187,18 @@ def test_what_the_block_reads_decides_what_is_impossible(workdir, char_ckpt, cap
     says(warning, '1 of 3 continuations', f'longer than block_size {lm.tokenizer.block_size}', 'impossible')
 
 
+def test_a_prompt_reads_what_the_block_keeps_of_a_long_context(workdir, char_ckpt):
+    """generate_until: a character outside the vocabulary in the part of a long context the block drops does not
+    end the run; the generation is that of the context the block keeps."""
+    lm = make_lm(workdir, char_ckpt, temperature=0.0)
+    kept = 'ROMEO: ' * 8
+    far = '€' + kept
+    room = lm.tokenizer.block_size - 4
+    out = lm.generate_until(requests('generate_until', *[(text, dict(until=[], max_gen_toks=4)) for text in
+                                                         (far, kept[len(kept) - room:])]))
+    assert out[0] == out[1] and len(out[0]) == 4
+
+
 def test_rolling_windows_cover_each_token_once_within_the_block(workdir, char_ckpt):
     lm = make_lm(workdir, char_ckpt, max_tokens=500)
     tokens = list(range(100))

@@ -123,6 +123,7 @@ TRAIN = [
     (['--init_from=resume', '--out_dir=missing'], ('no checkpoint at missing/ckpt.pt',)),
     (['--eval_only', '--out_dir=missing'], ('no checkpoint at missing/ckpt.pt',)),
     (['--init_from=nowhere.pt'], ('checkpoint nowhere.pt not found',)),
+    (['--init_from=AUTO'], ('--init_from=AUTO', 'lower case', '--init_from=auto')),
     (['--init_from=bad/truncated.pt'], ('bad/truncated.pt', 'not a readable checkpoint')),
     (['--init_from=bad/notes.pt'], ('bad/notes.pt', 'not a readable checkpoint')),
     (['--init_from=hf:own'], ('hf:own is not a Hub name', 'hf:owner/repo for a model folder')),

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -103,6 +104,17 @@ def stop_at(workdir, out_dir, iteration, signals, *args, nproc=None):
     return run.wait(timeout=300), int(stopped.group(1)) if stopped else None, out
 
 
+def seconds_to_stop(workdir, out_dir, iteration, *args):
+    """stop_at with SIGTERM, timed from the signal to the exit: (seconds, the iteration it stopped at)."""
+    t0 = []
+    real_send = subprocess.Popen.send_signal
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, 'send_signal', lambda run, sig: (t0.append(time.time()), real_send(run, sig)))
+        code, stopped, _ = stop_at(workdir, out_dir, iteration, [signal.SIGTERM], *args)
+    assert code == 75
+    return time.time() - t0[0], stopped
+
+
 PREEMPTIBLE = ['--max_iters=300', '--eval_interval=100', '--lr_decay_iters=300', '--log_interval=1', '--dropout=0.1']
 
 
@@ -119,6 +131,19 @@ def test_a_signal_saves_and_auto_goes_on_to_the_same_run(workdir):
     train(workdir, 'out-preempted', *PREEMPTIBLE, '--init_from=auto')
     same_run((workdir, 'out-straight'), (workdir, 'out-preempted'))
     assert not list((workdir / 'out-preempted').glob('*.tmp'))
+
+
+def test_a_signal_before_an_evaluation_stops_without_it_and_the_resume_evaluates(workdir):
+    """The signal lands in the step before an evaluation iteration: the run saves and exits at once (a slow
+    evaluation would outlast a scheduler's grace period), and the resumed run evaluates that iteration."""
+    slow_eval = ['--max_iters=22', '--lr_decay_iters=22', '--eval_interval=20', '--log_interval=1',
+                 '--batch_size=64', '--eval_iters=150']
+    seconds, stopped = seconds_to_stop(workdir, 'out-stop-at-eval', 19, *slow_eval)
+    evaluation = metrics(workdir, 'out-stop-at-eval')[0]['elapsed']  # the one at iteration 0: its length
+    assert stopped <= 20 and seconds < evaluation / 2, (seconds, evaluation)
+    assert [r['iter'] for r in metrics(workdir, 'out-stop-at-eval')] == [0]
+    train(workdir, 'out-stop-at-eval', *slow_eval, '--init_from=auto')
+    assert [r['iter'] for r in metrics(workdir, 'out-stop-at-eval')] == [0, 20, 22]
 
 
 @pytest.mark.slow
@@ -139,6 +164,31 @@ def test_auto_starts_a_run_then_goes_on_only_with_its_settings(workdir):
     says(one_line_error('train.py', *TINY, '--out_dir=out-auto', '--max_iters=10', '--eval_interval=10',
                         '--learning_rate=0.1', '--init_from=auto', cwd=workdir),
          '--init_from=auto', 'out-auto/ckpt.pt', 'learning_rate=0.0006, now 0.1', '--init_from=resume', 'new out_dir')
+
+
+def test_a_checkpoint_of_another_world_size_is_refused_by_auto_and_noted_by_resume(workdir):
+    train(workdir, 'out-world', '--max_iters=4', '--eval_interval=4', '--init_from=auto')
+    assert stored_checkpoint(workdir, 'out-world')['world_size'] == 1
+    ckpt = stored_checkpoint(workdir, 'out-world')
+    torch.save(ckpt | dict(world_size=2), workdir / 'out-world' / 'ckpt.pt')  # as if torchrun --nproc_per_node=2
+    says(one_line_error('train.py', *TINY, '--out_dir=out-world', '--max_iters=4', '--eval_interval=4',
+                        '--init_from=auto', cwd=workdir), '--init_from=auto', 'trained by 2 processes, now 1',
+         'same number of processes')
+    out = train(workdir, 'out-world', '--max_iters=8', '--eval_interval=4', '--init_from=resume')
+    assert 'note: out-world/ckpt.pt was trained by 2 processes, now 1' in out.stdout
+    assert stored_checkpoint(workdir, 'out-world')['iter_num'] == 8
+
+
+def test_a_checkpoint_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    import checkpoints
+    events = []
+    monkeypatch.setattr(checkpoints.os, 'fsync', lambda fd: events.append(('fsync', os.readlink(f'/proc/self/fd/{fd}'))))
+    real_replace = os.replace
+    monkeypatch.setattr(checkpoints.os, 'replace', lambda a, b: (events.append(('replace', a)), real_replace(a, b)))
+    path = str(tmp_path / 'ckpt.pt')
+    checkpoints.save_checkpoint({'x': torch.ones(3)}, path)
+    assert events == [('fsync', path + '.tmp'), ('replace', path + '.tmp'), ('fsync', str(tmp_path))]
+    assert torch.equal(torch.load(path)['x'], torch.ones(3))
 
 
 def test_encoder_trains_on_its_nelbo(workdir):

@@ -17,6 +17,18 @@
 # calls read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+STEPS='env train char python decode arch ensemble speculate'
+ONLY=${ONLY:-$STEPS}
+for key in $ONLY; do  # a misspelt key would run nothing and say nothing
+    if [[ " $STEPS " != *" $key "* ]]; then
+        echo "error: ONLY=$ONLY: $key is not a step; the steps are: $STEPS" >&2
+        exit 1
+    fi
+done
+if [ -n "${BUDGET:-}" ] && ! [[ $BUDGET =~ ^[0-9]+$ ]]; then
+    echo "error: BUDGET=$BUDGET: give the seconds a call may take, a whole number such as 580" >&2
+    exit 1
+fi
 OUT=${OUT:-gpu-check}
 if ! mkdir -p "$OUT" 2>/dev/null || [ ! -w "$OUT" ]; then
     echo "error: cannot write the report to OUT=$OUT: set OUT to a writable folder" >&2
@@ -26,7 +38,6 @@ REPORT=$OUT/report.md
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline
 
 WORK=${WORK:-out-gpu-check}
-ONLY=${ONLY:-env train char python decode arch ensemble speculate}
 if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none of its figures mean anything
     SCALE=(--device=cpu --dtype=float32)
     BLOCK=64

@@ -16,6 +16,9 @@ import tiktoken
 from datasets import load_dataset
 from tqdm import tqdm
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/, for the shared helpers
+from shakespeare_char.prepare import refuse_arguments  # noqa: E402
+
 # worker processes for loading and tokenizing; half the cores leaves the machine usable
 NUM_PROC = max(1, os.cpu_count() // 2)
 
@@ -67,6 +70,7 @@ def write_bins(tokenized, out_dir, shards=1024):
 
 
 def main():
+    refuse_arguments(__doc__)
     try:
         dataset = load_dataset('Skylion007/openwebtext', num_proc=NUM_PROC)
     except ConnectionError as e:  # one line on stderr, exit 1, as the library's fail() (not imported here)

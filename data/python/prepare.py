@@ -19,7 +19,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/, for the shared helpers
 from shakespeare.prepare import gpt2_encoding  # noqa: E402
-from shakespeare_char.prepare import write_ids  # noqa: E402
+from shakespeare_char.prepare import refuse_arguments, write_ids  # noqa: E402
 
 VAL_ONE_IN = 50  # about 2% of the files are val: a file is val when the CRC-32 of its path is 0 modulo this
 
@@ -49,6 +49,7 @@ def read_texts(root, paths):
 
 
 def main():
+    refuse_arguments(__doc__)
     here = os.path.dirname(os.path.abspath(__file__))
     root = sysconfig.get_paths()['stdlib']
     enc = gpt2_encoding()

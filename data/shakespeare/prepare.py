@@ -13,7 +13,8 @@ import sys
 import tiktoken
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/, for the char script
-from shakespeare_char.prepare import read_splits, write_ids  # noqa: E402  (one way to get the text, not two)
+# one way to get the text, not two
+from shakespeare_char.prepare import read_splits, refuse_arguments, write_ids  # noqa: E402
 
 
 def gpt2_encoding():
@@ -25,6 +26,7 @@ def gpt2_encoding():
 
 
 def main():
+    refuse_arguments(__doc__)
     here = os.path.dirname(os.path.abspath(__file__))
     enc = gpt2_encoding()
     for split, text in read_splits(here).items():  # the char set's text and split: val is the same stretch

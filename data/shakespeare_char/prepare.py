@@ -56,12 +56,25 @@ def read_splits(folder):
     return {'train': data[:int(n * 0.9)], 'val': data[int(n * 0.9):]}
 
 
+def refuse_arguments(doc):
+    """A prepare script takes no arguments: any would be ignored, so each is refused in one line (--help prints
+    how to run it). Exits as the library's fail() does, which a data script does not import."""
+    args = sys.argv[1:]
+    if args in (['--help'], ['-h']):
+        print(doc.strip())
+        sys.exit(0)
+    if args:
+        sys.exit(f"error: {sys.argv[0]} takes no arguments, got {' '.join(args)}: run it as it is (--help says what "
+                 'it does)')
+
+
 def write_ids(folder, split, ids):
     print(f'{split} has {len(ids):,} tokens')
     np.array(ids, dtype=np.uint16).tofile(os.path.join(folder, f'{split}.bin'))
 
 
 def main():
+    refuse_arguments(__doc__)
     here = os.path.dirname(os.path.abspath(__file__))
     splits = read_splits(here)
 
