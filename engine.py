@@ -127,18 +127,39 @@ class Forward:
         self.seen = set()
 
     def __call__(self, *args, eager=False):
-        """fn's output; eager=True runs it uncompiled, attending only to the first cache.end slots."""
+        """fn's output; eager=True runs it uncompiled, attending only to the first cache.end slots. A step shape
+        past torch.compile's recompile limit (its graphs are counted per function over every model in the process)
+        runs eager, and so does the rest of the loop, with one note per process."""
         if eager or self.compiled is None:
             return self.fn(self.model, self.cache, *args)
+        end = self.cache.end if self.cache is not None else None
         if self.cache is not None:
             self.cache.end = None  # a graph attends to every slot, so that its shapes never change
         key = tuple((a.shape, a.stride(), a.dtype) if torch.is_tensor(a) else a for a in args)
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.compiler.set_stance(skip_guard_eval_unsafe=key in self.seen):
-            out = self.compiled(self.model, self.cache, *args)
+        try:
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=key in self.seen):
+                out = self.compiled(self.model, self.cache, *args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            note_eager_fallback()
+            self.compiled = None
+            if self.cache is not None:
+                self.cache.end = end
+            return self.fn(self.model, self.cache, *args)
         self.seen.add(key)
         return out.clone() if self.graphs else out
+
+
+_fell_back = []  # whether note_eager_fallback has printed its note in this process
+
+
+def note_eager_fallback():
+    if not _fell_back:
+        _fell_back.append(True)
+        print(f'note: compiled decoding met more step shapes than torch.compile\'s recompile limit '
+              f'({torch._dynamo.config.recompile_limit} graphs a function, over every model in this process): the '
+              'loops that meet one more run eager, with the same tokens at eager speed')
 
 
 class Engine:

@@ -171,3 +171,27 @@ def test_linear_weights_stored_in_bf16_give_autocasts_logits(make):
     with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
         logits = [m(x, mask, torch.ones(3, T))[0] if m.config.is_encoder else m(x, order)[0] for m in (model, stored)]
     assert torch.equal(*logits)
+
+
+def test_step_shapes_past_the_recompile_limit_run_eager_with_one_note(fresh_dynamo, monkeypatch, capsys):
+    """Many step shapes (a cosine schedule, the encoder's shrinking confidence width, a batch remainder, two models)
+    against a recompile limit of 2: no error, eager's tokens, one note. The graphs are dynamo's alone (backend
+    'eager'), so the test costs seconds; the limit is dynamo's, whatever backend compiles the graphs."""
+    import engine
+    real = torch.compile
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: real(fn, dynamic=False, fullgraph=True, backend='eager'))
+    monkeypatch.setattr(engine, '_fell_back', [])
+    known = torch.tensor(KNOWN['infill'])
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for make, order in ((tiny_model, 'random'), (lambda: tiny_model(position_encoding='rotary'), 'confidence'),
+                            (lambda: tiny_mdm(block_size=T, vocab_size=11), 'confidence')):
+            eager, compiled = make(), make()
+            compiled.load_state_dict(eager.state_dict())
+            compile_decoding(compiled)
+            for rows in (3, 2):
+                drawn = [generate(model, x[:rows].clone(), known, 7, schedule='cosine', order=order,
+                                  generator=torch.Generator().manual_seed(1))[0] for model in (compiled, eager)]
+                assert torch.equal(*drawn), (order, rows)
+    out = capsys.readouterr().out
+    assert out.count("recompile limit (2 graphs a function") == 1
