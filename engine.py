@@ -111,7 +111,7 @@ class Forward:
     """A decoding loop's forwards fn(model, cache, *args) (step_forward, speculative_forward, or the encoder's
     masked_forward with no cache), compiled if compile_decoding(model) compiled fn.
 
-    Compiled, each set of argument shapes gets its graph once. Dynamo checks all its guards the first time a
+    Compiled, each set of argument shapes and cache widths (graph_width) gets its graph once. Dynamo checks all its guards the first time a
     set comes, then only those that tell its graphs apart (skip_guard_eval_unsafe): within one loop nothing
     else can change, and the guards cost about 0.1 ms a forward on a CPU. On a GPU the graphs replay as CUDA
     graphs, which write the cache where it is (a static address) and overwrite their output at the next replay.
@@ -132,10 +132,10 @@ class Forward:
         runs eager, and so does the rest of the loop, with one note per process."""
         if eager or self.compiled is None:
             return self.fn(self.model, self.cache, *args)
-        end = self.cache.end if self.cache is not None else None
-        if self.cache is not None:
-            self.cache.end = None  # a graph attends to every slot, so that its shapes never change
-        key = tuple((a.shape, a.stride(), a.dtype) if torch.is_tensor(a) else a for a in args)
+        end = width = self.cache.end if self.cache is not None else None
+        if self.cache is not None:  # a graph attends to one of a few widths of the cache (all where end is unknown)
+            width = self.cache.end = end and graph_width(end, self.cache.k[0].size(2))
+        key = tuple((a.shape, a.stride(), a.dtype) if torch.is_tensor(a) else a for a in args) + (width,)
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
         try:
@@ -149,6 +149,16 @@ class Forward:
             return self.fn(self.model, self.cache, *args)
         self.seen.add(key)
         return out.clone() if self.graphs else out
+
+
+def graph_width(end, max_slots):
+    """The cache slots a compiled step attends when the first `end` hold every row's: end rounded up to a power of
+    two, at least GRAPH_WIDTH, at most max_slots. A long decoding then runs a few graphs per step shape, each
+    reading at most twice what is filled, where one graph of max_slots would read the whole cache at every step."""
+    return min(max_slots, max(GRAPH_WIDTH, 1 << (end - 1).bit_length()))
+
+
+GRAPH_WIDTH = 256  # up to this block a decoding runs one graph per step shape, as wide as the cache
 
 
 _fell_back = []  # whether note_eager_fallback has printed its note in this process

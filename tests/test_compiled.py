@@ -195,3 +195,26 @@ def test_step_shapes_past_the_recompile_limit_run_eager_with_one_note(fresh_dyna
                 assert torch.equal(*drawn), (order, rows)
     out = capsys.readouterr().out
     assert out.count("recompile limit (2 graphs a function") == 1
+
+
+def test_a_long_compiled_decoding_attends_to_a_few_widths_of_the_cache(fresh_dynamo, monkeypatch):
+    """Past GRAPH_WIDTH slots a compiled step reads the cache's first power-of-two slots that hold every row's: the
+    same tokens as eager (which reads exactly the filled ones), through one graph per width (dynamo's, backend
+    'eager')."""
+    import engine
+    real = torch.compile
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kw: real(fn, dynamic=False, fullgraph=True, backend='eager'))
+    monkeypatch.setattr(engine, 'GRAPH_WIDTH', 8)
+    widths = []
+    real_mask = engine.KVCache.mask
+    traced = lambda cache: widths.append(cache.end) if torch.compiler.is_compiling() else None
+    monkeypatch.setattr(engine.KVCache, 'mask', lambda cache, *a: (traced(cache), real_mask(cache, *a))[1])
+    eager, compiled = tiny_model(block_size=40), tiny_model(block_size=40)
+    compile_decoding(compiled)
+    x = torch.zeros(2, 40, dtype=torch.long)
+    known = torch.arange(40) < 3
+    drawn = [generate(model, x.clone(), known, 37, generator=torch.Generator().manual_seed(4))[0]
+             for model in (compiled, eager)]
+    assert torch.equal(*drawn)
+    assert engine.graph_width(9, 41) == 16 and engine.graph_width(33, 41) == 41 and engine.graph_width(3, 41) == 8
+    assert widths == [8, 16, 32, 41]  # each traced once: the steps after the prompt's, ends 5 to 40
