@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import metrics, run_script, tiny_model, train
+from conftest import metrics, run_here, run_script, tiny_model, train
 from training import fim_orders, mix_at, paper_mix, parse_mix, sample_orders, training_inputs
 
 
@@ -120,12 +120,10 @@ def test_train_draws_the_mix_it_is_given(workdir):
     train(workdir, 'out-mix-all-l2r', *short, '--order_mix=l2r:1')
     train(workdir, 'out-mix-paper', *short)
     train(workdir, 'out-mix-shares', *short, '--order_mix=random:0.9,l2r:0.1')
-    train(workdir, 'out-mix-fim', *short, '--order_mix=fim:1')
     strip = lambda out: [{k: v for k, v in r.items() if k not in ('elapsed', 'tokens_per_sec')}
                          for r in metrics(workdir, out)]
     assert strip('out-mix-l2r') == strip('out-mix-all-l2r')
-    assert strip('out-mix-paper') == strip('out-mix-shares')
-    assert strip('out-mix-fim')[-1]['val_l2r'] != strip('out-mix-l2r')[-1]['val_l2r']
+    assert strip('out-mix-paper') == strip('out-mix-shares') != strip('out-mix-l2r')
 
 
 @pytest.mark.parametrize('kind', ['decoder', 'encoder'])
@@ -146,18 +144,20 @@ def test_in_training_gap_nlls_equal_eval_ppl_gaps_on_the_same_chunks(workdir, ki
             assert f'val_gap_span{L}_left' not in record
 
 
-def test_an_infill_decodes_as_the_model_was_trained_to_fill(workdir, char_ckpt):
+def test_an_infill_decodes_as_the_model_was_trained_to_fill(workdir, char_ckpt, capsys):
     """A FIM-trained decoder fills a template left to right unless --order says otherwise, and says so; the paper's
     mix keeps --order's default; the export records the orders."""
     train(workdir, 'out-fim', '--max_iters=4', '--eval_interval=4', '--order_mix=l2r:0.5,fim:0.5')
     template = ['--infill=ROMEO: [MASK:6] my lord', '--num_samples=2', '--device=cpu']
-    fim = run_script('sample.py', '--out_dir=out-fim', *template, cwd=workdir).stdout
-    told = run_script('sample.py', '--out_dir=out-fim', *template, '--order=l2r', cwd=workdir).stdout
-    randomly = run_script('sample.py', '--out_dir=out-fim', *template, '--order=random', cwd=workdir).stdout
+    def sample(*flags):  # in this process: torch is imported once
+        run_here('sample.py', *template, *flags, cwd=workdir)
+        return capsys.readouterr().out
+    fim, told, randomly = sample('--out_dir=out-fim'), sample('--out_dir=out-fim', '--order=l2r'), \
+        sample('--out_dir=out-fim', '--order=random')
     samples = lambda out: [line for line in out.splitlines() if '«' in line]
     assert 'order: l2r' in fim and '50% l2r, 50% fim' in fim and 'order: l2r' not in told + randomly
     assert samples(fim) == samples(told) != samples(randomly)
-    paper = run_script('sample.py', f'--out_dir={char_ckpt}', *template, cwd=workdir).stdout  # the paper's mix
+    paper = sample(f'--out_dir={char_ckpt}')  # the paper's mix
     assert 'order: l2r' not in paper
     run_script('export.py', '--out_dir=out-fim', '--out=fim-folder', cwd=workdir)
     card = (workdir / 'fim-folder' / 'README.md').read_text()
