@@ -221,7 +221,7 @@ CLAIMS = {
     'orders ao': "(Ours) {arm} keeps its any-order loss within {cost} nats of the paper's mix (effect: its final EMA "
                  "val any-order loss minus the paper's mix's; holds if the interval lies below {cost}, does not hold "
                  'if above it).',
-    'orders samples': "(Ours) {arm}'s samples at {steps} steps (temperature 1, random orders) score better than the "
+    'orders samples': "(Ours) {arm}'s samples at {steps} steps (temperature 1, {order}) score better than the "
                       "paper's mix's under one left-to-right GPT (effect: the paper's mix's mean per-sample NLL minus"
                       ' its own, nats).',
     'orders longer': "(Ours) The any-order tax shrinks with training: the paper's mix's left-to-right loss above the "

@@ -102,6 +102,7 @@ from engine import generate
 from experiments import (ALIASES, CLAIMS, FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, ORDER_ARMS,
                          AO_COST, PLATEAU, POSITIONS, PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK, TAX, order_arms)
 from scoring import losses_by_context
+from training import parse_mix
 from report import (RULE, line_figure, mean_interval, number, paired_interval, point_figure, spread, unpaired_interval,
                     verdict, write_results)
 
@@ -440,15 +441,19 @@ def gaps_job(p, name, folder):
 
 def order_eval_jobs(p, seed_list, folders):
     """finding orders: the gaps of each of its runs, and the samples of each run of its arms (gen_orders.json) at its
-    steps, scored by the GPT's first run; the GPT samples left to right, the others in random orders."""
+    steps, scored by the GPT's first run; an arm trained without random orders (the GPT, the FIM GPT) samples left
+    to right, the others in random orders."""
     scorer = folders[order_run('gpt', seed_list[0])]
+    arms = order_arms(p['train']['max_iters'])
+    left_to_right = {arm for arm in ORDER_ARMS if arm != 'encoder' and (ORDER_ARMS[arm][1] == 'l2r' or
+                     'order_mix' in arms[arm] and not parse_mix(arms[arm]['order_mix'])['random'])}
     jobs = [gaps_job(p, name, folder) for name, folder in folders.items() if name.startswith('orders-')]
     for arm in ORDER_ARMS:
         for s in seed_list:
             folder = folders[order_run(arm, s)]
             flags = dict(out_dir=folder, scorer=os.path.join(scorer, 'ckpt.pt'),
                          samples_out=os.path.join(folder, 'samples_orders.jsonl')) | p['orders']['gen'] | \
-                (dict(order='l2r') if arm == 'gpt' else {})
+                (dict(order='l2r') if arm in left_to_right else {})
             jobs.append(script_job(f'gen-ppl {order_run(arm, s)}', 'gen_ppl.py', flags,
                                    os.path.join(folder, 'gen_orders.json'), needs=[scorer, folder]))
     return jobs
@@ -1048,6 +1053,7 @@ def finding_orders(m, p):
         rows = [next(r for r in m.read(n, 'gen_orders.json')['results'] if r['steps'] == steps) for n in runs[arm]]
         return [statistics.mean(r['sample_nll']) for r in rows], rows
     steps = [int(k) for k in p['orders']['gen']['steps'].split(',')]
+    sampled_in = lambda name: f"{m.read(name, 'gen_orders.json')['results'][0]['order']} order"
     finals = lambda arm, key: m.finals(runs[arm], key)
     numbers = {}
     for arm in ORDER_ARMS:
@@ -1093,7 +1099,7 @@ def finding_orders(m, p):
     claims += [claim(CLAIMS['orders ao'].format(arm=label[arm], **text), {},
                      between_runs(m, runs[arm], 'val_ao', runs['paper'], 'val_ao')[0], stuck=stuck(arm, 'paper'),
                      decide=within(AO_COST)) for arm in decoders if arm != 'paper']
-    claims += [claim(CLAIMS['orders samples'].format(arm=label[arm], steps=k), {},
+    claims += [claim(CLAIMS['orders samples'].format(arm=label[arm], steps=k, order=sampled_in(runs[arm][0])), {},
                      unpaired_interval(samples('paper', k)[0], samples(arm, k)[0]), stuck=stuck(arm, 'paper'))
                for arm in decoders + ['encoder'] if arm != 'paper' for k in steps]
     return [trade, by_span, curves], claims + [longer_claim(m, p)]
