@@ -25,6 +25,11 @@ batch of `step_batches`, taking turns, with the first (compiling) call timed apa
 decoding (--speculate=auto's k, where it is not 0). On a trained `checkpoint` first, then on the bench's random model
 at block `sample_block_size`. --sync_check=True (CUDA) counts the host syncs of a compiled call; --step_profile=True
 prints the costliest operations of one.
+long: sample.py's sampler at block `sample_block_size`, batch `batch_size`, random order, for each of `sample_steps`:
+eager against compiled steps (engine.compile_decoding), and with --authors_dir=path/to/AO-GPT-MDM the authors'
+KV-cached generate on the same weights (their model_AOGPT_generate.py, run eagerly: their @torch.compile decorators
+off, as tests/fixtures/make_fixtures.py runs it; their generate decodes 1,024 tokens, so the block must be 1024), all
+at their sampling defaults (top_p 0.9, temperature 0.9); median of `rounds`, taking turns.
 memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
 sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
 arch: the paper's architectures at the same size: AO-GPT (a decoder, target_injection=adaln), the
@@ -48,9 +53,13 @@ one's: give a trained `checkpoint`.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
+import contextlib
 import copy
+import functools
 import itertools
 import math
+import os
+import sys
 import time
 import warnings
 
@@ -93,6 +102,7 @@ checkpoint = ''  # speculate and step: a trained checkpoint to decode with, befo
 # a model folder, hf:owner/repo/file or hf:owner/repo, as the other scripts' init_from)
 speculate_random = True  # speculate: the bench's random model too (False: the checkpoint only)
 arch_train = True  # arch: time the architectures' training too (False: their generation only)
+authors_dir = ''  # long: a checkout of the authors' repository (github.com/scxue/AO-GPT-MDM), to time their generate
 # -----------------------------------------------------------------------------
 
 
@@ -117,6 +127,11 @@ def check_inputs():
     parse_list('step_batches', step_batches, int, at_least(1))
     if sync_check and not device.startswith('cuda'):
         fail('--sync_check counts what CUDA calls host syncs: it needs --device=cuda')
+    if authors_dir and ('long' not in run.split(',') or sample_block_size != 1024 or cond_dim != 128):
+        fail("--authors_dir times the authors' generate in --run=long, which decodes 1,024 tokens with a 128-wide "
+             "target embedding: give --run=long --sample_block_size=1024 --cond_dim=128")
+    if authors_dir and not os.path.isfile(os.path.join(authors_dir, 'model_AOGPT_generate.py')):
+        fail(f'--authors_dir={authors_dir} has no model_AOGPT_generate.py: give a checkout of the authors\' repository')
     if n_embd % n_head:
         fail(f'--n_embd ({n_embd}) must be divisible by --n_head ({n_head})')
     check_device(device, dtype)
@@ -295,6 +310,55 @@ def bench_steps():
           f'{device} {dtype}, ms a token, median of {rounds} rounds taking turns; compiled: engine.compile_decoding')
     print_table(['model', 'batch', 'eager', 'compiled', 'speedup', 'first call (compiles)', 'speculative compiled',
                  'vs eager'], rows)
+
+
+def authors_generator(model):
+    """The authors' cached decoder (authors_dir's model_AOGPT_generate) with model's weights: generate(x) samples
+    x's rows in a random order, eagerly."""
+    sys.path.insert(0, os.path.abspath(authors_dir))
+    import model_AOGPT_generate as theirs
+    c = model.config
+    with contextlib.redirect_stdout(None):  # their constructor prints the parameter count
+        net = theirs.AOGPT(theirs.AOGPTConfig(block_size=c.block_size, vocab_size=c.vocab_size, n_layer=c.n_layer,
+                                              n_head=c.n_head, n_embd=c.n_embd, bias=c.bias)).to(device).eval()
+    net.load_state_dict(model.state_dict())
+
+    def generate_theirs(x, n_steps):
+        with torch._dynamo.config.patch(disable=True), contextlib.redirect_stdout(None):  # it prints the cache's shape
+            net.clean_kv_cache()
+            net.generate(x.size(0), n_steps, device)
+    return generate_theirs
+
+
+def bench_long():
+    """Eager, compiled and (with authors_dir) the authors' decoding of a whole block, for each of sample_steps."""
+    torch.manual_seed(seed)
+    T = sample_block_size
+    eager = build(T).eval()
+    compiled = copy.deepcopy(eager)
+    compile_decoding(compiled, dtype)
+    sampling = Sampling(temperature=0.9, top_p=0.9)  # the authors' defaults
+    known = torch.zeros(T, dtype=torch.bool, device=device)
+
+    def ours(model, n_steps):
+        x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
+        with autocast(device, dtype):
+            generate(model, x, known, n_steps, sampling, generator=torch.Generator(device).manual_seed(seed))
+        sync()
+    samplers = {'eager': ours, 'compiled': lambda _, n_steps: ours(compiled, n_steps)}
+    if authors_dir:
+        theirs = authors_generator(eager)
+        samplers['authors'] = lambda _, n_steps: theirs(torch.zeros(batch_size, T), n_steps)
+    rows = []
+    for n_steps in [int(s) for s in sample_steps.split(',')]:
+        s = median_seconds({name: functools.partial(fn, eager, n_steps) for name, fn in samplers.items()})
+        rows.append([n_steps] + [f'{s[name]:.2f}s' for name in samplers] +
+                    [f"{s['authors'] / s[name]:.2f}x" for name in ('eager', 'compiled') if 'authors' in s] +
+                    [f"{s['eager'] / s['compiled']:.2f}x"])
+    print(f'long decoding: {eager.get_num_params() / 1e6:.1f}M params, batch {batch_size} x {T}, random order, '
+          f'{device} {dtype}, median of {rounds} rounds taking turns')
+    print_table(['steps', *samplers] + (['authors/eager', 'authors/compiled'] if authors_dir else []) +
+                ['eager/compiled'], rows)
 
 
 def profile_call(what, fn):
@@ -501,7 +565,7 @@ def forward_share(fn):
 
 
 BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'step': bench_steps,
-           'memory': bench_memory,
+           'long': bench_long, 'memory': bench_memory,
            'arch': bench_architectures, 'speculate': bench_speculation}
 
 if __name__ == '__main__':

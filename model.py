@@ -152,8 +152,9 @@ def rotate(x, turn):
 def attend(q, k, v, mask):
     """Attention written out, as a compiled decoding step runs it: its few queries over the cache's every slot
     fuse into a few loops, where the CPU's fused attention kernel costs 0.1 to 0.2 ms a call."""
-    scores = (q @ k.transpose(-2, -1)) * q.size(-1) ** -0.5
-    return scores.masked_fill(~mask, -math.inf).softmax(-1).to(v.dtype) @ v
+    with torch.autocast(q.device.type, enabled=False):
+        scores = (q.float() @ k.float().transpose(-2, -1)) * q.size(-1) ** -0.5
+        return (scores.masked_fill(~mask, -math.inf).softmax(-1) @ v.float()).to(v.dtype)
 
 
 class SelfAttention(nn.Module):

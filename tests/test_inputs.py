@@ -275,6 +275,9 @@ BENCH = [
     # ², a digit to str.isdigit that int() refuses
     (['--run=speculate', '--speculate_k=\u00b2'], ('--speculate_k', "'auto'", "got '\u00b2'")),
     (['--sample_steps=\u00b2'], ('--sample_steps', 'from 1 to sample_block_size')),
+    (['--run=step', '--authors_dir=.'], ('--authors_dir', 'give --run=long --sample_block_size=1024 --cond_dim=128')),
+    (['--run=long', '--cond_dim=128', '--authors_dir=data'], ('--authors_dir=data has no model_AOGPT_generate.py',
+                                                              "a checkout of the authors' repository")),
 ]
 
 
