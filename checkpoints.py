@@ -25,7 +25,12 @@ from training import describe_orders
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
-FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md')
+FOLDER_CODE = ('model.py', 'modeling_ao_gpt.py')  # what transformers runs (trust_remote_code): the network's own code
+FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md') + FOLDER_CODE
+# config.json's keys for transformers' Auto classes: a decoder loads as a causal LM read left to right
+HF_CLASSES = dict(model_type=FOLDER_FORMAT, architectures=['AOGPTForCausalLM'],
+                  auto_map={'AutoConfig': 'modeling_ao_gpt.AOGPTConfig',
+                            'AutoModelForCausalLM': 'modeling_ao_gpt.AOGPTForCausalLM'})
 # train.py's settings about the machine and the run's files, not the model: a shared folder leaves them out
 MACHINE_SETTINGS = ('data_dir', 'out_dir', 'device', 'compile', 'eval_only', 'overwrite', 'log_interval', 'peak_flops',
                     'wandb_log', 'wandb_project', 'wandb_run_name', 'init_from', 'order_file')
@@ -139,13 +144,14 @@ def folder_config(model, checkpoint, weights):
     """A model folder's config.json: the network's config, what its ids mean, which weights ('EMA' or 'raw')
     and what trained it."""
     return dict(format=FOLDER_FORMAT, model_args=dataclasses.asdict(model.config), weights=weights,
-                vocab=checkpoint_vocab(checkpoint, model.config.vocab_size), trained=training_record(checkpoint))
+                vocab=checkpoint_vocab(checkpoint, model.config.vocab_size), trained=training_record(checkpoint),
+                **HF_CLASSES)
 
 
 def save_folder(model, config, card, folder):
     """Write a model folder: model.safetensors (the model's weights; a tied head stored once), config.json
-    (folder_config) and README.md (card). Written beside, then renamed into place: a crash never leaves
-    half a folder."""
+    (folder_config), README.md (card) and FOLDER_CODE, copied from here. Written beside, then renamed into place: a
+    crash never leaves half a folder."""
     from safetensors.torch import save_model
     tmp = folder.rstrip('/') + '.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
@@ -155,6 +161,8 @@ def save_folder(model, config, card, folder):
         json.dump(config, f, indent=1)
     with open(os.path.join(tmp, 'README.md'), 'w', encoding='utf-8') as f:
         f.write(card)
+    for name in FOLDER_CODE:
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), tmp)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 
@@ -175,11 +183,13 @@ def training_record(checkpoint):
 
 
 def is_hf_folder(path):
-    """Whether path is a folder saved by Hugging Face's save_pretrained: a config.json naming a model_type. Any
-    other folder (a run's, a model folder of ours, cut or of another format) is read as ours, for its own error."""
+    """Whether path is a folder saved by Hugging Face's save_pretrained: a config.json naming a model_type, and not
+    ours (our format or model_type). Any other folder (a run's, a model folder of ours, cut or of another format) is read as ours, for its
+    own error."""
     try:
         with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
-            return 'model_type' in json.load(f)
+            config = json.load(f)
+        return 'model_type' in config and FOLDER_FORMAT not in (config.get('format'), config.get('model_type'))
     except (OSError, UnicodeDecodeError, ValueError, TypeError):
         return False
 

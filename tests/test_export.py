@@ -4,10 +4,14 @@ or setting is one line, and the card quotes the JSONs it is given."""
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 
 import huggingface_hub
 import pytest
 import torch
+from torch.nn import functional as F
 
 from checkpoints import load_checkpoint
 from conftest import one_line_error, run_here, run_script, samples, says, train
@@ -50,7 +54,8 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     out_dir = request.getfixturevalue(kind)
     folder = f'{out_dir}-folder'
     export(workdir, f'--out_dir={out_dir}', f'--out={folder}')
-    assert sorted(p.name for p in (workdir / folder).iterdir()) == ['README.md', 'config.json', 'model.safetensors']
+    assert sorted(p.name for p in (workdir / folder).iterdir()) == ['README.md', 'config.json', 'model.py',
+                                                                    'model.safetensors', 'modeling_ao_gpt.py']
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
     assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
@@ -95,7 +100,8 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     monkeypatch.setattr(huggingface_hub, 'snapshot_download', fetch)  # the Hub's download, offline
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
-    assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md'])]
+    assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'model.py',
+                                       'modeling_ao_gpt.py'])]
     assert samples(out) == samples(local) and samples(out)
 
 
@@ -212,3 +218,54 @@ def test_a_folder_exported_again_keeps_its_training_record(workdir, char_ckpt):
     first, again = config('first-folder'), config('again-folder')
     assert again == first and first['trained']['iterations'] == 30 and first['trained']['config']
     assert '30 iterations' in (workdir / 'again-folder' / 'README.md').read_text()
+
+
+@pytest.fixture(scope='module')
+def rotary_ckpt(workdir):
+    """out_dir of a tiny char-level AO-GPT with rotary positions."""
+    train(workdir, 'out-rotary', '--position_encoding=rotary', '--max_iters=10', '--eval_interval=10')
+    return 'out-rotary'
+
+
+# run by a fresh interpreter in an empty folder, isolated (-I): nothing of the repository on its path, transformers
+# loads each folder's own code
+READ_WITH_TRANSFORMERS = '''
+import importlib.util, sys, torch
+from transformers import AutoModelForCausalLM
+assert importlib.util.find_spec('engine') is None  # the repository is not on the path
+x, out = torch.load(sys.argv[1]), {}
+for folder in sys.argv[3:]:
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    with torch.no_grad():
+        read = model(x, labels=x)
+        greedy = model.generate(x[:, :5], max_new_tokens=8, do_sample=False)
+    out[folder] = dict(logits=read.logits, loss=read.loss, greedy=greedy)
+torch.save(out, sys.argv[2])
+'''
+
+
+def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, char_ckpt, rotary_ckpt, sigma_ckpt,
+                                                                        tmp_path):
+    """AutoModelForCausalLM on folders of AO-GPT (learned and rotary positions) and sigma-GPT: logits[:, t] are the
+    repository's full forward's for the token after t, labels give their cross-entropy, greedy generate() is the
+    argmax chain of full forwards."""
+    folders = {}
+    for out_dir in (char_ckpt, rotary_ckpt, sigma_ckpt):
+        export(workdir, f'--out_dir={out_dir}', f'--out={out_dir}-hf')
+        folders[str(workdir / f'{out_dir}-hf')] = load_checkpoint(workdir / out_dir / 'ckpt.pt')[0]
+    x = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.save(x, tmp_path / 'x.pt')
+    subprocess.run([sys.executable, '-I', '-c', READ_WITH_TRANSFORMERS, str(tmp_path / 'x.pt'), str(tmp_path / 'out.pt'),
+                    *folders], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    read = torch.load(tmp_path / 'out.pt')
+    for folder, model in folders.items():
+        full = lambda y: model(torch.cat([y, y[:, :1]], 1), torch.arange(y.size(1) + 1).expand(2, -1))[0]
+        with torch.no_grad():
+            expected = full(x)[:, 1:x.size(1) + 1]  # slot t + 1 predicts the token after t
+            greedy = x[:, :5]
+            for _ in range(8):
+                greedy = torch.cat([greedy, full(greedy)[:, greedy.size(1)].argmax(-1, keepdim=True)], 1)
+        torch.testing.assert_close(read[folder]['logits'], expected, atol=1e-5, rtol=0)
+        loss = F.cross_entropy(expected[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+        torch.testing.assert_close(read[folder]['loss'], loss, atol=1e-5, rtol=0)
+        assert torch.equal(read[folder]['greedy'], greedy), folder

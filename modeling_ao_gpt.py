@@ -1,0 +1,90 @@
+"""
+The code a model folder carries for Hugging Face transformers: export.py copies it, with model.py, into every folder
+it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT and sigma-GPT are causal language
+models:
+
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained('ao-gpt-shakespeare-char', trust_remote_code=True)
+    logits = model(input_ids).logits    # logits[:, t] predicts the token after input_ids[:, t]
+
+The network is model.py's, unchanged: its weights load under the same names.
+"""
+import torch
+from torch.nn import functional as F
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutput
+
+try:  # in a model folder transformers loads the files as one package
+    from .model import GPTConfig, Rotary, build_model
+except ImportError:  # in the repository
+    from model import GPTConfig, Rotary, build_model
+
+
+class AOGPTConfig(PretrainedConfig):
+    """config.json as export.py writes it: model.py's GPTConfig under model_args, beside what the scripts read."""
+    model_type = 'ao-gpt'
+
+    def __init__(self, model_args=None, **kwargs):
+        self.model_args = dict(model_args or {})
+        # what generic tools read: the longest input whose every next token has a target position in the block
+        self.max_position_embeddings = self.model_args.get('block_size', 1) - 1
+        self.vocab_size = self.model_args.get('vocab_size')
+        self.num_hidden_layers = self.model_args.get('n_layer')  # as transformers names them
+        self.num_attention_heads = self.model_args.get('n_head')
+        self.hidden_size = self.model_args.get('n_embd')
+        kwargs.setdefault('use_cache', False)  # each forward reads the whole input
+        # sigma-GPT's head is its embedding: the file holds it once, as the head
+        kwargs['tie_word_embeddings'] = bool(model_args) and GPTConfig(**model_args).recipe.tied_head
+        super().__init__(**kwargs)
+
+
+class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
+    """An AO-GPT or sigma-GPT decoder read left to right. Its modules are the network's own (model.py's GPT), so a
+    folder's weights load by their names."""
+    config_class = AOGPTConfig
+    main_input_name = 'input_ids'
+
+    def __init__(self, config):
+        super().__init__(config)
+        args = GPTConfig(**config.model_args)
+        if args.is_encoder:
+            raise ValueError('this folder holds the encoder, a masked model that does not read left to right: load it '
+                             'with AutoModelForMaskedLM')
+        net = build_model(args)
+        object.__setattr__(self, 'net', net)  # its methods, not a submodule: its modules are registered below
+        for name, module in net.named_children():
+            self.add_module(name, module)
+        if args.recipe.tied_head:
+            self._tied_weights_keys = {'transformer.wte.weight': 'lm_head.weight'}  # the file holds the head
+        self.post_init()
+
+    def _init_weights(self, module):
+        """The weights come from the folder; the rotary tables, not in it, are made again from the config (loading
+        builds the modules on no memory)."""
+        if isinstance(module, Rotary):
+            fresh = Rotary(module.cos.size(-1), module.cos.size(0) - 1)
+            module.cos.copy_(fresh.cos)
+            module.sin.copy_(fresh.sin)
+
+    def get_input_embeddings(self):
+        return self.transformer.wte
+
+    def forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
+        """logits (B, T, V): logits[:, t] predicts the token after input_ids[:, t] from input_ids[:, :t + 1]; with
+        labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of transformers)."""
+        B, T = input_ids.shape
+        if T > self.config.max_position_embeddings:
+            raise ValueError(f'{T} tokens: this model reads at most {self.config.max_position_embeddings} (its block '
+                             f'size less one, so that the last token has a next position)')
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
+        positions = torch.arange(-1, T, device=input_ids.device).expand(B, T + 1)
+        tokens = torch.cat([torch.zeros_like(input_ids[:, :1]), input_ids], 1)
+        logits = self.net.forward_slots(tokens, positions, positions + 1)[:, 1:]
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+        return CausalLMOutput(loss=loss, logits=logits)
+
+    def prepare_inputs_for_generation(self, input_ids, **kwargs):
+        return dict(input_ids=input_ids)
