@@ -26,7 +26,8 @@ from training import describe_orders
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
 FOLDER_CODE = ('model.py', 'modeling_ao_gpt.py')  # what transformers runs (trust_remote_code): the network's own code
-FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md') + FOLDER_CODE
+CHAR_TOKENIZER = ('vocab.json', 'tokenizer_config.json')  # a char-level model's, for transformers' AutoTokenizer
+FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md') + FOLDER_CODE + CHAR_TOKENIZER
 # config.json's keys for transformers' Auto classes: a decoder loads as a causal LM read left to right
 HF_CLASSES = dict(model_type=FOLDER_FORMAT, architectures=['AOGPTForCausalLM'],
                   auto_map={'AutoConfig': 'modeling_ao_gpt.AOGPTConfig',
@@ -163,8 +164,19 @@ def save_folder(model, config, card, folder):
         f.write(card)
     for name in FOLDER_CODE:
         shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), tmp)
+    if config['vocab'] not in ('gpt2', None):
+        write_char_tokenizer(config['vocab'], tmp)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
+
+
+def write_char_tokenizer(chars, folder):
+    """CHAR_TOKENIZER's files: the characters, and the tokenizer class transformers runs for them."""
+    with open(os.path.join(folder, 'vocab.json'), 'w', encoding='utf-8') as f:
+        json.dump(chars, f)
+    with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+        json.dump(dict(tokenizer_class='AOGPTCharTokenizer',
+                       auto_map={'AutoTokenizer': ['modeling_ao_gpt.AOGPTCharTokenizer', None]}), f, indent=1)
 
 
 def training_record(checkpoint):

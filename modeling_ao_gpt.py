@@ -7,11 +7,15 @@ models:
     model = AutoModelForCausalLM.from_pretrained('ao-gpt-shakespeare-char', trust_remote_code=True)
     logits = model(input_ids).logits    # logits[:, t] predicts the token after input_ids[:, t]
 
-The network is model.py's, unchanged: its weights load under the same names.
+A character-level model's folder also holds its characters (vocab.json), which AutoTokenizer reads with
+AOGPTCharTokenizer. The network is model.py's, unchanged: its weights load under the same names.
 """
+import json
+import os
+
 import torch
 from torch.nn import functional as F
-from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizer
 from transformers.modeling_outputs import CausalLMOutput
 
 try:  # in a model folder transformers loads the files as one package
@@ -88,3 +92,44 @@ class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, **kwargs):
         return dict(input_ids=input_ids)
+
+
+class AOGPTCharTokenizer(PreTrainedTokenizer):
+    """A character-level model's tokenizer: id i is the i-th character of vocab.json (the string train.py's data
+    preparation made); no special tokens."""
+    vocab_files_names = {'vocab_file': 'vocab.json'}
+    model_input_names = ['input_ids']
+
+    def __init__(self, vocab_file, **kwargs):
+        with open(vocab_file, encoding='utf-8') as f:
+            self.chars = json.load(f)
+        self.ids = {c: i for i, c in enumerate(self.chars)}
+        super().__init__(**kwargs)
+
+    @property
+    def vocab_size(self):
+        return len(self.chars)
+
+    def get_vocab(self):
+        return dict(self.ids)
+
+    def _tokenize(self, text):
+        unknown = sorted(set(text) - self.ids.keys())
+        if unknown:
+            raise ValueError(f'{unknown[:5]} are not among the {len(self.chars)} characters this model reads')
+        return list(text)
+
+    def _convert_token_to_id(self, token):
+        return self.ids[token]
+
+    def _convert_id_to_token(self, index):
+        return self.chars[index]
+
+    def convert_tokens_to_string(self, tokens):
+        return ''.join(tokens)
+
+    def save_vocabulary(self, save_directory, filename_prefix=None):
+        path = os.path.join(save_directory, (filename_prefix + '-' if filename_prefix else '') + 'vocab.json')
+        with open(path, 'w', encoding='utf-8') as f:
+            json.dump(self.chars, f)
+        return (path,)

@@ -54,8 +54,9 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     out_dir = request.getfixturevalue(kind)
     folder = f'{out_dir}-folder'
     export(workdir, f'--out_dir={out_dir}', f'--out={folder}')
-    assert sorted(p.name for p in (workdir / folder).iterdir()) == ['README.md', 'config.json', 'model.py',
-                                                                    'model.safetensors', 'modeling_ao_gpt.py']
+    tokenizer = [] if kind == 'bpe_ckpt' else ['tokenizer_config.json', 'vocab.json']  # the characters
+    assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
+        ['README.md', 'config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
     assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
@@ -101,7 +102,7 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
     assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'model.py',
-                                       'modeling_ao_gpt.py'])]
+                                       'modeling_ao_gpt.py', 'vocab.json', 'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
 
@@ -227,19 +228,22 @@ def rotary_ckpt(workdir):
     return 'out-rotary'
 
 
+TEXT = 'ROMEO:\n  What light through yonder window?'
 # run by a fresh interpreter in an empty folder, isolated (-I): nothing of the repository on its path, transformers
 # loads each folder's own code
 READ_WITH_TRANSFORMERS = '''
 import importlib.util, sys, torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 assert importlib.util.find_spec('engine') is None  # the repository is not on the path
 x, out = torch.load(sys.argv[1]), {}
 for folder in sys.argv[3:]:
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     with torch.no_grad():
         read = model(x, labels=x)
         greedy = model.generate(x[:, :5], max_new_tokens=8, do_sample=False)
-    out[folder] = dict(logits=read.logits, loss=read.loss, greedy=greedy)
+    ids = tokenizer(TEXT)['input_ids']
+    out[folder] = dict(logits=read.logits, loss=read.loss, greedy=greedy, ids=ids, text=tokenizer.decode(ids))
 torch.save(out, sys.argv[2])
 '''
 
@@ -248,14 +252,16 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
                                                                         tmp_path):
     """AutoModelForCausalLM on folders of AO-GPT (learned and rotary positions) and sigma-GPT: logits[:, t] are the
     repository's full forward's for the token after t, labels give their cross-entropy, greedy generate() is the
-    argmax chain of full forwards."""
-    folders = {}
+    argmax chain of full forwards; AutoTokenizer encodes and decodes text as the checkpoint's characters."""
+    folders, vocabs = {}, {}
     for out_dir in (char_ckpt, rotary_ckpt, sigma_ckpt):
         export(workdir, f'--out_dir={out_dir}', f'--out={out_dir}-hf')
-        folders[str(workdir / f'{out_dir}-hf')] = load_checkpoint(workdir / out_dir / 'ckpt.pt')[0]
+        folder = str(workdir / f'{out_dir}-hf')
+        folders[folder], stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
+        vocabs[folder] = stored['vocab']
     x = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(0))
     torch.save(x, tmp_path / 'x.pt')
-    subprocess.run([sys.executable, '-I', '-c', READ_WITH_TRANSFORMERS, str(tmp_path / 'x.pt'), str(tmp_path / 'out.pt'),
+    subprocess.run([sys.executable, '-I', '-c', f'TEXT = {TEXT!r}' + READ_WITH_TRANSFORMERS, str(tmp_path / 'x.pt'), str(tmp_path / 'out.pt'),
                     *folders], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
     read = torch.load(tmp_path / 'out.pt')
     for folder, model in folders.items():
@@ -269,3 +275,4 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
         loss = F.cross_entropy(expected[:, :-1].flatten(0, 1), x[:, 1:].flatten())
         torch.testing.assert_close(read[folder]['loss'], loss, atol=1e-5, rtol=0)
         assert torch.equal(read[folder]['greedy'], greedy), folder
+        assert read[folder]['ids'] == [vocabs[folder].index(c) for c in TEXT] and read[folder]['text'] == TEXT
