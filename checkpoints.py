@@ -26,8 +26,10 @@ from training import describe_orders
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
 FOLDER_CODE = ('model.py', 'modeling_ao_gpt.py')  # what transformers runs (trust_remote_code): the network's own code
+# generate()'s defaults for transformers: with no input it starts from the start slot, whose id follows the network's
+GENERATION_CONFIG = 'generation_config.json'
 CHAR_TOKENIZER = ('vocab.json', 'tokenizer_config.json')  # a char-level model's, for transformers' AutoTokenizer
-FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md') + FOLDER_CODE + CHAR_TOKENIZER
+FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md', GENERATION_CONFIG) + FOLDER_CODE + CHAR_TOKENIZER
 # config.json's keys for transformers' Auto classes: a decoder loads as a causal LM read left to right
 HF_CLASSES = dict(model_type=FOLDER_FORMAT, architectures=['AOGPTForCausalLM'],
                   auto_map={'AutoConfig': 'modeling_ao_gpt.AOGPTConfig',
@@ -164,6 +166,8 @@ def save_folder(model, config, card, folder):
         f.write(card)
     for name in FOLDER_CODE:
         shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), tmp)
+    with open(os.path.join(tmp, GENERATION_CONFIG), 'w', encoding='utf-8') as f:
+        json.dump(dict(bos_token_id=config['model_args']['vocab_size']), f)
     if config['vocab'] not in ('gpt2', None):
         write_char_tokenizer(config['vocab'], tmp)
     shutil.rmtree(folder, ignore_errors=True)

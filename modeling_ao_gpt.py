@@ -11,6 +11,7 @@ A character-level model's folder also holds its characters (vocab.json), which A
 AOGPTCharTokenizer. The network is model.py's, unchanged: its weights load under the same names.
 """
 import json
+import math
 import os
 
 import torch
@@ -32,10 +33,13 @@ class AOGPTConfig(PretrainedConfig):
         self.model_args = dict(model_args or {})
         # what generic tools read: the longest input whose every next token has a target position in the block
         self.max_position_embeddings = self.model_args.get('block_size', 1) - 1
-        self.vocab_size = self.model_args.get('vocab_size')
+        # the network's ids, then the start slot's (position -1, the "[None]" token): a row that begins with it is read
+        # from the start, as the repository reads left to right, so that its first token is predicted too
+        self.vocab_size = self.model_args.get('vocab_size', 0) + 1
         self.num_hidden_layers = self.model_args.get('n_layer')  # as transformers names them
         self.num_attention_heads = self.model_args.get('n_head')
         self.hidden_size = self.model_args.get('n_embd')
+        kwargs.setdefault('bos_token_id', self.vocab_size - 1)
         kwargs.setdefault('use_cache', False)  # each forward reads the whole input
         # sigma-GPT's head is its embedding: the file holds it once, as the head
         kwargs['tie_word_embeddings'] = bool(model_args) and GPTConfig(**model_args).recipe.tied_head
@@ -74,17 +78,23 @@ class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
         return self.transformer.wte
 
     def forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
-        """logits (B, T, V): logits[:, t] predicts the token after input_ids[:, t] from input_ids[:, :t + 1]; with
-        labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of transformers)."""
+        """logits (B, T, V + 1): logits[:, t] predicts the token after input_ids[:, t] from input_ids[:, :t + 1]; with
+        labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of transformers).
+        Rows may begin with the start id (bos_token_id), all or none."""
         B, T = input_ids.shape
-        if T > self.config.max_position_embeddings:
-            raise ValueError(f'{T} tokens: this model reads at most {self.config.max_position_embeddings} (its block '
-                             f'size less one, so that the last token has a next position)')
+        start = input_ids == self.config.bos_token_id
+        started = bool(start[:, 0].any())
+        if bool(start[:, 1:].any()) or (started and not bool(start[:, 0].all())):
+            raise ValueError(f'the start id {self.config.bos_token_id} begins every row or none, and only there')
+        if T - started > self.config.max_position_embeddings:
+            raise ValueError(f'{T - started} tokens: this model reads at most {self.config.max_position_embeddings} '
+                             f'(its block size less one, so that the last token has a next position)')
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
-        positions = torch.arange(-1, T, device=input_ids.device).expand(B, T + 1)
-        tokens = torch.cat([torch.zeros_like(input_ids[:, :1]), input_ids], 1)
-        logits = self.net.forward_slots(tokens, positions, positions + 1)[:, 1:]
+        tokens = input_ids.masked_fill(start, 0) if started else torch.cat([input_ids[:, :1] * 0, input_ids], 1)
+        positions = torch.arange(-1, tokens.size(1) - 1, device=input_ids.device).expand(B, -1)
+        logits = self.net.forward_slots(tokens, positions, positions + 1)[:, 1 - started:]
+        logits = F.pad(logits, (0, 1), value=-math.inf)  # the start id, never predicted
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
@@ -96,15 +106,15 @@ class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
 
 class AOGPTCharTokenizer(PreTrainedTokenizer):
     """A character-level model's tokenizer: id i is the i-th character of vocab.json (the string train.py's data
-    preparation made); no special tokens."""
+    preparation made), then the start token (the config's bos_token_id), which encode() does not add."""
     vocab_files_names = {'vocab_file': 'vocab.json'}
     model_input_names = ['input_ids']
 
-    def __init__(self, vocab_file, **kwargs):
+    def __init__(self, vocab_file, bos_token='<|start|>', **kwargs):
         with open(vocab_file, encoding='utf-8') as f:
             self.chars = json.load(f)
         self.ids = {c: i for i, c in enumerate(self.chars)}
-        super().__init__(**kwargs)
+        super().__init__(bos_token=bos_token, **kwargs)  # the start slot: the id after the characters'
 
     @property
     def vocab_size(self):

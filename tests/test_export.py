@@ -4,6 +4,7 @@ or setting is one line, and the card quotes the JSONs it is given."""
 import contextlib
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -56,7 +57,8 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     export(workdir, f'--out_dir={out_dir}', f'--out={folder}')
     tokenizer = [] if kind == 'bpe_ckpt' else ['tokenizer_config.json', 'vocab.json']  # the characters
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
-        ['README.md', 'config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer)
+        ['README.md', 'config.json', 'generation_config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] +
+        tokenizer)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
     assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
@@ -101,8 +103,8 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     monkeypatch.setattr(huggingface_hub, 'snapshot_download', fetch)  # the Hub's download, offline
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
-    assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'model.py',
-                                       'modeling_ao_gpt.py', 'vocab.json', 'tokenizer_config.json'])]
+    assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'generation_config.json',
+                                       'model.py', 'modeling_ao_gpt.py', 'vocab.json', 'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
 
@@ -241,9 +243,11 @@ for folder in sys.argv[3:]:
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     with torch.no_grad():
         read = model(x, labels=x)
+        started = model(torch.cat([torch.full_like(x[:, :1], tokenizer.bos_token_id), x], 1)).logits
         greedy = model.generate(x[:, :5], max_new_tokens=8, do_sample=False)
     ids = tokenizer(TEXT)['input_ids']
-    out[folder] = dict(logits=read.logits, loss=read.loss, greedy=greedy, ids=ids, text=tokenizer.decode(ids))
+    out[folder] = dict(logits=read.logits, started=started, loss=read.loss, greedy=greedy, ids=ids,
+                       text=tokenizer.decode(ids))
 torch.save(out, sys.argv[2])
 '''
 
@@ -251,8 +255,9 @@ torch.save(out, sys.argv[2])
 def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, char_ckpt, rotary_ckpt, sigma_ckpt,
                                                                         tmp_path):
     """AutoModelForCausalLM on folders of AO-GPT (learned and rotary positions) and sigma-GPT: logits[:, t] are the
-    repository's full forward's for the token after t, labels give their cross-entropy, greedy generate() is the
-    argmax chain of full forwards; AutoTokenizer encodes and decodes text as the checkpoint's characters."""
+    repository's full forward's for the token after t (after the start id: also the first token's, from the start
+    slot), labels give their cross-entropy, greedy generate() is the argmax chain of full forwards; AutoTokenizer
+    encodes and decodes text as the checkpoint's characters."""
     folders, vocabs = {}, {}
     for out_dir in (char_ckpt, rotary_ckpt, sigma_ckpt):
         export(workdir, f'--out_dir={out_dir}', f'--out={out_dir}-hf')
@@ -271,7 +276,10 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
             greedy = x[:, :5]
             for _ in range(8):
                 greedy = torch.cat([greedy, full(greedy)[:, greedy.size(1)].argmax(-1, keepdim=True)], 1)
-        torch.testing.assert_close(read[folder]['logits'], expected, atol=1e-5, rtol=0)
+        for logits in (read[folder]['logits'], read[folder]['started'][:, 1:]):
+            torch.testing.assert_close(logits[..., :-1], expected, atol=1e-5, rtol=0)
+            assert (logits[..., -1] == -math.inf).all()  # the start id, never predicted
+        torch.testing.assert_close(read[folder]['started'][:, 0, :-1], full(x)[:, 0], atol=1e-5, rtol=0)
         loss = F.cross_entropy(expected[:, :-1].flatten(0, 1), x[:, 1:].flatten())
         torch.testing.assert_close(read[folder]['loss'], loss, atol=1e-5, rtol=0)
         assert torch.equal(read[folder]['greedy'], greedy), folder
