@@ -284,3 +284,43 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
         torch.testing.assert_close(read[folder]['loss'], loss, atol=1e-5, rtol=0)
         assert torch.equal(read[folder]['greedy'], greedy), folder
         assert read[folder]['ids'] == [vocabs[folder].index(c) for c in TEXT] and read[folder]['text'] == TEXT
+
+
+FINE_TUNE_WITH_PEFT = '''
+import json, sys, torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+folder, tuned, out = sys.argv[1:]
+x = torch.randint(0, 20, (4, 24), generator=torch.Generator().manual_seed(0))
+model = get_peft_model(AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True),
+                       LoraConfig(r=4, target_modules=['c_attn', 'c_proj']))
+optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+losses = []
+for _ in range(8):
+    loss = model(input_ids=x, labels=x).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+model.merge_and_unload().save_pretrained(tuned)
+again = AutoModelForCausalLM.from_pretrained(tuned, trust_remote_code=True)
+with torch.no_grad():
+    torch.save(dict(x=x, losses=losses, logits=again(x).logits), out)
+'''
+
+
+@pytest.mark.slow  # transformers and peft in a fresh interpreter
+def test_a_lora_fine_tune_through_transformers_lowers_the_loss_and_saves_a_folder_every_script_reads(
+        workdir, rotary_ckpt, tmp_path):
+    export(workdir, f'--out_dir={rotary_ckpt}', f'--out={tmp_path}/folder')
+    subprocess.run([sys.executable, '-I', '-c', FINE_TUNE_WITH_PEFT, str(tmp_path / 'folder'), str(tmp_path / 'tuned'),
+                    str(tmp_path / 'out.pt')], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    out = torch.load(tmp_path / 'out.pt')
+    assert out['losses'][-1] < out['losses'][0] - 0.1, out['losses']
+    model, _ = load_checkpoint(tmp_path / 'tuned')  # the merged weights, read as the scripts read a folder
+    x = out['x']
+    with torch.no_grad():
+        logits = model(torch.cat([x, x[:, :1]], 1), torch.arange(x.size(1) + 1).expand(len(x), -1))[0][:, 1:-1]
+    torch.testing.assert_close(out['logits'][..., :-1], logits, atol=1e-5, rtol=0)
+    base, _ = load_checkpoint(workdir / rotary_ckpt / 'ckpt.pt')
+    assert not torch.equal(model.transformer.h[0].attn.c_attn.weight, base.transformer.h[0].attn.c_attn.weight)
