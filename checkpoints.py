@@ -30,10 +30,9 @@ FOLDER_CODE = ('model.py', 'modeling_ao_gpt.py')  # what transformers runs (trus
 GENERATION_CONFIG = 'generation_config.json'
 CHAR_TOKENIZER = ('vocab.json', 'tokenizer_config.json')  # a char-level model's, for transformers' AutoTokenizer
 FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md', GENERATION_CONFIG) + FOLDER_CODE + CHAR_TOKENIZER
-# config.json's keys for transformers' Auto classes: a decoder loads as a causal LM read left to right
-HF_CLASSES = dict(model_type=FOLDER_FORMAT, architectures=['AOGPTForCausalLM'],
-                  auto_map={'AutoConfig': 'modeling_ao_gpt.AOGPTConfig',
-                            'AutoModelForCausalLM': 'modeling_ao_gpt.AOGPTForCausalLM'})
+# transformers' Auto class and model class of each kind: a decoder is a causal LM read left to right, the encoder a
+# masked LM
+HF_CLASSES = {False: ('AutoModelForCausalLM', 'AOGPTForCausalLM'), True: ('AutoModelForMaskedLM', 'AOGPTForMaskedLM')}
 # train.py's settings about the machine and the run's files, not the model: a shared folder leaves them out
 MACHINE_SETTINGS = ('data_dir', 'out_dir', 'device', 'compile', 'eval_only', 'overwrite', 'log_interval', 'peak_flops',
                     'wandb_log', 'wandb_project', 'wandb_run_name', 'init_from', 'order_file')
@@ -146,9 +145,11 @@ def weights_read(checkpoint, use_ema=True):
 def folder_config(model, checkpoint, weights):
     """A model folder's config.json: the network's config, what its ids mean, which weights ('EMA' or 'raw')
     and what trained it."""
+    auto, name = HF_CLASSES[model.config.is_encoder]
     return dict(format=FOLDER_FORMAT, model_args=dataclasses.asdict(model.config), weights=weights,
                 vocab=checkpoint_vocab(checkpoint, model.config.vocab_size), trained=training_record(checkpoint),
-                **HF_CLASSES)
+                model_type=FOLDER_FORMAT, architectures=[name],
+                auto_map={'AutoConfig': 'modeling_ao_gpt.AOGPTConfig', auto: f'modeling_ao_gpt.{name}'})
 
 
 def save_folder(model, config, card, folder):
@@ -166,21 +167,26 @@ def save_folder(model, config, card, folder):
         f.write(card)
     for name in FOLDER_CODE:
         shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), tmp)
-    with open(os.path.join(tmp, GENERATION_CONFIG), 'w', encoding='utf-8') as f:
-        json.dump(dict(bos_token_id=config['model_args']['vocab_size']), f)
+    encoder = config['model_args']['architecture'] == 'encoder'
+    if not encoder:
+        with open(os.path.join(tmp, GENERATION_CONFIG), 'w', encoding='utf-8') as f:
+            json.dump(dict(bos_token_id=config['model_args']['vocab_size']), f)
     if config['vocab'] not in ('gpt2', None):
-        write_char_tokenizer(config['vocab'], tmp)
+        write_char_tokenizer(config['vocab'], encoder, tmp)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 
 
-def write_char_tokenizer(chars, folder):
-    """CHAR_TOKENIZER's files: the characters, and the tokenizer class transformers runs for them."""
+def write_char_tokenizer(chars, encoder, folder):
+    """CHAR_TOKENIZER's files: the characters, and the tokenizer class transformers runs for them, whose one special
+    token (the id after the characters') is the encoder's [MASK] or a decoder's start slot."""
     with open(os.path.join(folder, 'vocab.json'), 'w', encoding='utf-8') as f:
         json.dump(chars, f)
+    special = dict(mask_token='[MASK]', bos_token=None) if encoder else dict(bos_token='<|start|>')
     with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
         json.dump(dict(tokenizer_class='AOGPTCharTokenizer',
-                       auto_map={'AutoTokenizer': ['modeling_ao_gpt.AOGPTCharTokenizer', None]}), f, indent=1)
+                       auto_map={'AutoTokenizer': ['modeling_ao_gpt.AOGPTCharTokenizer', None]}, **special), f,
+                  indent=1)
 
 
 def training_record(checkpoint):

