@@ -28,8 +28,9 @@ FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
 FOLDER_CODE = ('model.py', 'modeling_ao_gpt.py')  # what transformers runs (trust_remote_code): the network's own code
 # generate()'s defaults for transformers: with no input it starts from the start slot, whose id follows the network's
 GENERATION_CONFIG = 'generation_config.json'
-CHAR_TOKENIZER = ('vocab.json', 'tokenizer_config.json')  # a char-level model's, for transformers' AutoTokenizer
-FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md', GENERATION_CONFIG) + FOLDER_CODE + CHAR_TOKENIZER
+TOKENIZER_FILES = ('vocab.json', 'merges.txt', 'tokenizer_config.json')  # for transformers' AutoTokenizer
+FOLDER_FILES = ('config.json', 'model.safetensors', 'README.md', GENERATION_CONFIG) + FOLDER_CODE + TOKENIZER_FILES
+GPT2_BPE_FILES = 'https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/'  # where tiktoken gets GPT-2's BPE
 # transformers' Auto class and model class of each kind: a decoder is a causal LM read left to right, the encoder a
 # masked LM
 HF_CLASSES = {False: ('AutoModelForCausalLM', 'AOGPTForCausalLM'), True: ('AutoModelForMaskedLM', 'AOGPTForMaskedLM')}
@@ -154,9 +155,13 @@ def folder_config(model, checkpoint, weights):
 
 def save_folder(model, config, card, folder):
     """Write a model folder: model.safetensors (the model's weights; a tied head stored once), config.json
-    (folder_config), README.md (card) and FOLDER_CODE, copied from here. Written beside, then renamed into place: a
+    (folder_config), README.md (card), FOLDER_CODE (copied from here), a decoder's GENERATION_CONFIG and the
+    tokenizer's files (tokenizer_files). Written beside, then renamed into place: a
     crash never leaves half a folder."""
     from safetensors.torch import save_model
+    encoder = config['model_args']['architecture'] == 'encoder'
+    # first, as it may fail: before anything is written
+    tokenizer = tokenizer_files(config['vocab'], encoder, config['model_args']['vocab_size'])
     tmp = folder.rstrip('/') + '.tmp'
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -167,26 +172,39 @@ def save_folder(model, config, card, folder):
         f.write(card)
     for name in FOLDER_CODE:
         shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), tmp)
-    encoder = config['model_args']['architecture'] == 'encoder'
     if not encoder:
         with open(os.path.join(tmp, GENERATION_CONFIG), 'w', encoding='utf-8') as f:
             json.dump(dict(bos_token_id=config['model_args']['vocab_size']), f)
-    if config['vocab'] not in ('gpt2', None):
-        write_char_tokenizer(config['vocab'], encoder, tmp)
+    for name, text in tokenizer.items():
+        with open(os.path.join(tmp, name), 'w', encoding='utf-8') as f:
+            f.write(text)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
 
 
-def write_char_tokenizer(chars, encoder, folder):
-    """CHAR_TOKENIZER's files: the characters, and the tokenizer class transformers runs for them, whose one special
-    token (the id after the characters') is the encoder's [MASK] or a decoder's start slot."""
-    with open(os.path.join(folder, 'vocab.json'), 'w', encoding='utf-8') as f:
-        json.dump(chars, f)
+def tokenizer_files(vocab, encoder, start_id):
+    """The files (name -> text) of a folder's tokenizer for transformers' AutoTokenizer, whose one special token, at
+    start_id (the id after the network's), is the encoder's [MASK] or a decoder's start slot: a character model's
+    characters for the folder's tokenizer class; GPT-2's BPE files (tiktoken's cached copies) for transformers' own
+    GPT-2 tokenizer; none for a vocabulary the checkpoint does not name."""
     special = dict(mask_token='[MASK]', bos_token=None) if encoder else dict(bos_token='<|start|>')
-    with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
-        json.dump(dict(tokenizer_class='AOGPTCharTokenizer',
-                       auto_map={'AutoTokenizer': ['modeling_ao_gpt.AOGPTCharTokenizer', None]}, **special), f,
-                  indent=1)
+    token = special['mask_token' if encoder else 'bos_token']
+    if vocab is None:
+        return {}
+    if vocab != 'gpt2':
+        config = dict(tokenizer_class='AOGPTCharTokenizer',
+                      auto_map={'AutoTokenizer': ['modeling_ao_gpt.AOGPTCharTokenizer', None]}, **special)
+        return {'vocab.json': json.dumps(vocab), 'tokenizer_config.json': json.dumps(config, indent=1)}
+    from tiktoken.load import read_file_cached
+    try:
+        ids, merges = (read_file_cached(GPT2_BPE_FILES + name).decode() for name in ('encoder.json', 'vocab.bpe'))
+    except Exception as e:  # requests' connection errors, and whatever a broken cache raises
+        raise CheckpointError(f'could not read the GPT-2 BPE files ({type(e).__name__}) for the tokenizer: tiktoken '
+                              f'downloads them once, so connect to the network, or point TIKTOKEN_CACHE_DIR at a '
+                              f'cache that holds them')
+    config = dict(tokenizer_class='GPT2Tokenizer', eos_token='<|endoftext|>', unk_token='<|endoftext|>', **special)
+    return {'vocab.json': json.dumps(json.loads(ids) | {token: start_id}), 'merges.txt': merges,
+            'tokenizer_config.json': json.dumps(config, indent=1)}
 
 
 def training_record(checkpoint):

@@ -18,7 +18,7 @@ import json
 import os
 import re
 
-from checkpoints import FOLDER_FILES, folder_config, save_folder, weights_read
+from checkpoints import FOLDER_FILES, CheckpointError, folder_config, save_folder, weights_read
 from common import check_settings, check_writable, fail, find_checkpoint, read_checkpoint
 from configurator import configure
 
@@ -183,9 +183,9 @@ def transformers_use(c, vocab, where):
     """The card's lines of Python that load the folder with transformers and use it."""
     name = where.removeprefix('hf:')
     auto = 'AutoModelForMaskedLM' if c.is_encoder else 'AutoModelForCausalLM'
-    lines = [f'from transformers import {auto}' + (', AutoTokenizer' if vocab not in ('gpt2', None) else ''),
+    lines = [f'from transformers import {auto}' + (', AutoTokenizer' if vocab else ''),
              f"model = {auto}.from_pretrained('{name}', trust_remote_code=True)"]
-    if vocab in ('gpt2', None):
+    if vocab is None:  # no tokenizer: the ids are the user's
         return lines + ['logits = model(input_ids).logits']
     lines.append(f"tokenizer = AutoTokenizer.from_pretrained('{name}', trust_remote_code=True)")
     if c.is_encoder:
@@ -213,7 +213,11 @@ def main():
     path = find_checkpoint(init_from, out_dir)
     model, checkpoint = read_checkpoint(path, 'cpu', use_ema)
     config = folder_config(model, checkpoint, weights_read(checkpoint, use_ema))
-    save_folder(model, config, model_card(model, config, path, os.path.basename(os.path.normpath(out)), results), out)
+    try:
+        save_folder(model, config, model_card(model, config, path, os.path.basename(os.path.normpath(out)), results),
+                    out)
+    except CheckpointError as e:
+        fail(str(e))
     print(f"wrote {out}: model.safetensors ({config['weights']} weights), config.json, README.md")
     if push:
         upload(out, push)

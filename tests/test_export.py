@@ -15,6 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from checkpoints import load_checkpoint
+from common import gpt2_encoding
 from conftest import one_line_error, run_here, run_script, samples, says, train
 from fixtures.reference import load
 
@@ -55,7 +56,7 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     out_dir = request.getfixturevalue(kind)
     folder = f'{out_dir}-folder'
     export(workdir, f'--out_dir={out_dir}', f'--out={folder}')
-    tokenizer = [] if kind == 'bpe_ckpt' else ['tokenizer_config.json', 'vocab.json']  # the characters
+    tokenizer = ['tokenizer_config.json', 'vocab.json'] + (['merges.txt'] if kind == 'bpe_ckpt' else [])
     start = [] if kind == 'mdm_ckpt' else ['generation_config.json']  # a decoder's start id
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
         ['README.md', 'config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer + start)
@@ -104,7 +105,8 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
     assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'generation_config.json',
-                                       'model.py', 'modeling_ao_gpt.py', 'vocab.json', 'tokenizer_config.json'])]
+                                       'model.py', 'modeling_ao_gpt.py', 'vocab.json', 'merges.txt',
+                                       'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
 
@@ -360,7 +362,8 @@ def test_transformers_loads_the_encoders_folder_as_a_masked_lm(workdir, mdm_ckpt
     torch.testing.assert_close(read['loss'], loss, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt'])
+@pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt',
+                                  pytest.param('bpe_ckpt', marks=pytest.mark.needs('gpt2_bpe'))])
 def test_the_cards_transformers_lines_run_as_they_are(workdir, request, kind, tmp_path):
     out_dir = request.getfixturevalue(kind)
     export(workdir, f'--out_dir={out_dir}', f'--out={tmp_path}/card-folder')
@@ -369,3 +372,32 @@ def test_the_cards_transformers_lines_run_as_they_are(workdir, request, kind, tm
     assert 'from_pretrained(\'card-folder\', trust_remote_code=True)' in code
     subprocess.run([sys.executable, '-I', '-c', code], cwd=tmp_path, check=True, capture_output=True,
                    env=dict(os.environ, HF_HUB_OFFLINE='1'))
+
+
+READ_A_BPE_FOLDER = '''
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, out = sys.argv[1:]
+tokenizer = AutoTokenizer.from_pretrained(folder)  # transformers' own GPT-2 tokenizer: no code of ours
+model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+ids = tokenizer(TEXT, return_tensors='pt').input_ids
+with torch.no_grad():
+    logits = model(torch.cat([torch.tensor([[tokenizer.bos_token_id]]), ids], 1)).logits
+torch.save(dict(ids=ids, text=tokenizer.decode(ids[0]), bos=tokenizer.bos_token_id, logits=logits), out)
+'''
+
+
+@pytest.mark.needs('gpt2_bpe')
+def test_a_bpe_folders_tokenizer_is_gpt2s_with_the_start_id_after_the_networks(workdir, bpe_ckpt, tmp_path):
+    export(workdir, f'--out_dir={bpe_ckpt}', f'--out={tmp_path}/folder')
+    text = "ROMEO: what light, through yonder window, breaks?\n  It's the east."
+    subprocess.run([sys.executable, '-I', '-c', f'TEXT = {text!r}' + READ_A_BPE_FOLDER, str(tmp_path / 'folder'),
+                    str(tmp_path / 'out.pt')], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    read = torch.load(tmp_path / 'out.pt')
+    model, _ = load_checkpoint(workdir / bpe_ckpt / 'ckpt.pt')
+    assert read['ids'][0].tolist() == gpt2_encoding().encode(text) and read['text'] == text
+    assert read['bos'] == model.config.vocab_size
+    x = read['ids']
+    with torch.no_grad():
+        expected = model(torch.cat([x, x[:, :1]], 1), torch.arange(x.size(1) + 1).expand(1, -1))[0][:, :-1]
+    torch.testing.assert_close(read['logits'][..., :-1], expected, atol=1e-5, rtol=0)
