@@ -224,8 +224,8 @@ def training_record(checkpoint):
 
 def is_hf_folder(path):
     """Whether path is a folder saved by Hugging Face's save_pretrained: a config.json naming a model_type, and not
-    ours (our format or model_type). Any other folder (a run's, a model folder of ours, cut or of another format) is read as ours, for its
-    own error."""
+    ours (our format or model_type). Any other folder (a run's, a model folder of ours, cut or of another format) is
+    read as ours, for its own error."""
     try:
         with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
             config = json.load(f)
