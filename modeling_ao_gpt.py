@@ -50,6 +50,14 @@ class AOGPTConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
 
+def check_ids(input_ids, vocab_size):
+    """Raise unless every id is one of the model's (the network's and its special token's): a tokenizer of another
+    model gives others."""
+    if input_ids.numel() and not (0 <= int(input_ids.min()) and int(input_ids.max()) < vocab_size):
+        raise ValueError(f'ids from {int(input_ids.min())} to {int(input_ids.max())}, but this model reads ids 0 to '
+                         f'{vocab_size - 1}: encode the text with the tokenizer of its folder')
+
+
 class AOGPTPreTrainedModel(PreTrainedModel):
     """A folder's network (model.py's GPT or MDM) with transformers' loading: its modules are the network's own, so the
     weights load by their names."""
@@ -89,6 +97,7 @@ class AOGPTForMaskedLM(AOGPTPreTrainedModel):
         cross-entropy where labels are not -100."""
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
+        check_ids(input_ids, self.config.vocab_size)
         logits = F.pad(self.net.forward_masked(input_ids), (0, 1), value=-math.inf)
         loss = None
         if labels is not None:
@@ -107,6 +116,7 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of transformers).
         Rows may begin with the start id (bos_token_id), all or none."""
         B, T = input_ids.shape
+        check_ids(input_ids, self.config.vocab_size)
         start = input_ids == self.config.bos_token_id
         started = bool(start[:, 0].any())
         if bool(start[:, 1:].any()) or (started and not bool(start[:, 0].all())):

@@ -248,8 +248,12 @@ for folder in sys.argv[3:]:
         started = model(torch.cat([torch.full_like(x[:, :1], tokenizer.bos_token_id), x], 1)).logits
         greedy = model.generate(x[:, :5], max_new_tokens=8, do_sample=False)
     ids = tokenizer(TEXT)['input_ids']
+    try:  # ids of another tokenizer (GPT-2's)
+        model(torch.tensor([[15496, 995]]))
+    except ValueError as e:
+        foreign = str(e)
     out[folder] = dict(logits=read.logits, started=started, loss=read.loss, greedy=greedy, ids=ids,
-                       text=tokenizer.decode(ids))
+                       text=tokenizer.decode(ids), foreign=foreign)
 torch.save(out, sys.argv[2])
 '''
 
@@ -259,7 +263,7 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
     """AutoModelForCausalLM on folders of AO-GPT (learned and rotary positions) and sigma-GPT: logits[:, t] are the
     repository's full forward's for the token after t (after the start id: also the first token's, from the start
     slot), labels give their cross-entropy, greedy generate() is the argmax chain of full forwards; AutoTokenizer
-    encodes and decodes text as the checkpoint's characters."""
+    encodes and decodes text as the checkpoint's characters; another tokenizer's ids are refused in one line."""
     folders, vocabs = {}, {}
     for out_dir in (char_ckpt, rotary_ckpt, sigma_ckpt):
         export(workdir, f'--out_dir={out_dir}', f'--out={out_dir}-hf')
@@ -286,6 +290,7 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
         torch.testing.assert_close(read[folder]['loss'], loss, atol=1e-5, rtol=0)
         assert torch.equal(read[folder]['greedy'], greedy), folder
         assert read[folder]['ids'] == [vocabs[folder].index(c) for c in TEXT] and read[folder]['text'] == TEXT
+        assert 'ids from 995 to 15496, but this model reads ids 0 to 65' in read[folder]['foreign']
 
 
 FINE_TUNE_WITH_PEFT = '''
