@@ -7,8 +7,9 @@ models:
     model = AutoModelForCausalLM.from_pretrained('ao-gpt-shakespeare-char', trust_remote_code=True)
     logits = model(input_ids).logits    # logits[:, t] predicts the token after input_ids[:, t]
 
-The encoder is a masked LM (AutoModelForMaskedLM: the masked positions hold config.mask_token_id). A character-level model's folder also holds its characters (vocab.json), which AutoTokenizer reads with
-AOGPTCharTokenizer. The network is model.py's, unchanged: its weights load under the same names.
+The encoder is a masked LM (AutoModelForMaskedLM: the masked positions hold config.mask_token_id). A character-level
+model's folder also holds its characters (vocab.json), which AutoTokenizer reads with AOGPTCharTokenizer. The network
+is model.py's, unchanged: its weights load under the same names.
 """
 import json
 import math

@@ -227,8 +227,8 @@ def test_compiled_sampling_draws_eager_tokens_over_every_documented_use(fresh_dy
     harness draw): no error, and the tokens of eager decoding."""
     eager_graphs(monkeypatch)
     x = torch.randint(0, 11, (1, T), generator=torch.Generator().manual_seed(0)).tolist()[0]
-    decodings = [('random', 'linear', 4, 'infill'), ('random', 'cosine', 7, 'prefix'), ('l2r', 'linear', None, 'infill'),
-                 ('confidence', 'cosine', 7, 'infill')]
+    decodings = [('random', 'linear', 4, 'infill'), ('random', 'cosine', 7, 'prefix'),
+                 ('l2r', 'linear', None, 'infill'), ('confidence', 'cosine', 7, 'infill')]
     runs = [(name, make, dict(order=order, schedule=schedule, steps=steps), KNOWN[known])
             for name, make in MATRIX_DECODERS for order, schedule, steps, known in decodings]
     runs += [(name, make, dict(order=order, speculate=k), KNOWN['prefix'])

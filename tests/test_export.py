@@ -272,7 +272,8 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
         vocabs[folder] = stored['vocab']
     x = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(0))
     torch.save(x, tmp_path / 'x.pt')
-    subprocess.run([sys.executable, '-I', '-c', f'TEXT = {TEXT!r}' + READ_WITH_TRANSFORMERS, str(tmp_path / 'x.pt'), str(tmp_path / 'out.pt'),
+    subprocess.run([sys.executable, '-I', '-c', f'TEXT = {TEXT!r}' + READ_WITH_TRANSFORMERS, str(tmp_path / 'x.pt'),
+                    str(tmp_path / 'out.pt'),
                     *folders], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
     read = torch.load(tmp_path / 'out.pt')
     for folder, model in folders.items():
