@@ -10,6 +10,7 @@ batch are decoded in `steps` steps (`schedule` says how many per step), in a ran
 right, or most confident first, each token drawn by `Sampling`; or, for the encoder only, by MDLM's
 ancestral rule (`ancestral`), where each step reveals every masked position with the same probability.
 """
+import logging
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -296,6 +297,9 @@ def compile_decoding(model, dtype='float32'):
     options = dict(mode='reduce-overhead') if cuda else dict(options={'cpp_wrapper': True})
     forwards = (masked_forward,) if model.config.is_encoder else (step_forward, speculative_forward)
     model.compiled = {fn: torch.compile(fn, dynamic=False, fullgraph=True, **options) for fn in forwards}
+    # Forward meets the recompile limit itself, with one note a process (note_eager_fallback): dynamo's warning of it,
+    # five lines at every loop that meets it, would only repeat the note
+    logging.getLogger('torch._dynamo.convert_frame').setLevel(logging.ERROR)
 
 
 def store_linear_weights(model, dtype):
