@@ -345,13 +345,12 @@ def bench_long():
         with autocast(device, dtype):
             generate(model, x, known, n_steps, sampling, generator=torch.Generator(device).manual_seed(seed))
         sync()
-    samplers = {'eager': ours, 'compiled': lambda _, n_steps: ours(compiled, n_steps)}
+    samplers = {'eager': functools.partial(ours, eager), 'compiled': functools.partial(ours, compiled)}
     if authors_dir:
-        theirs = authors_generator(eager)
-        samplers['authors'] = lambda _, n_steps: theirs(torch.zeros(batch_size, T), n_steps)
+        samplers['authors'] = functools.partial(authors_generator(eager), torch.zeros(batch_size, T))
     rows = []
     for n_steps in [int(s) for s in sample_steps.split(',')]:
-        s = median_seconds({name: functools.partial(fn, eager, n_steps) for name, fn in samplers.items()})
+        s = median_seconds({name: functools.partial(fn, n_steps) for name, fn in samplers.items()})
         rows.append([n_steps] + [f'{s[name]:.2f}s' for name in samplers] +
                     [f"{s['authors'] / s[name]:.2f}x" for name in ('eager', 'compiled') if 'authors' in s] +
                     [f"{s['eager'] / s['compiled']:.2f}x"])

@@ -51,12 +51,14 @@ class AOGPTConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
 
-def check_ids(input_ids, vocab_size):
-    """Raise unless every id is one of the model's (the network's and its special token's): a tokenizer of another
-    model gives others."""
+def check_inputs(input_ids, attention_mask, vocab_size):
+    """Raise unless every id is one of the model's (the network's and its special token's: a tokenizer of another
+    model gives others) and no row is padded."""
     if input_ids.numel() and not (0 <= int(input_ids.min()) and int(input_ids.max()) < vocab_size):
         raise ValueError(f'ids from {int(input_ids.min())} to {int(input_ids.max())}, but this model reads ids 0 to '
                          f'{vocab_size - 1}: encode the text with the tokenizer of its folder')
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
 
 
 class AOGPTPreTrainedModel(PreTrainedModel):
@@ -96,9 +98,7 @@ class AOGPTForMaskedLM(AOGPTPreTrainedModel):
     def forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
         """logits (B, T, V + 1) at every position (the [MASK] id never predicted); with labels, their mean
         cross-entropy where labels are not -100."""
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
-        check_ids(input_ids, self.config.vocab_size)
+        check_inputs(input_ids, attention_mask, self.config.vocab_size)
         logits = F.pad(self.net.forward_masked(input_ids), (0, 1), value=-math.inf)
         loss = None
         if labels is not None:
@@ -117,7 +117,7 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of transformers).
         Rows may begin with the start id (bos_token_id), all or none."""
         B, T = input_ids.shape
-        check_ids(input_ids, self.config.vocab_size)
+        check_inputs(input_ids, attention_mask, self.config.vocab_size)
         start = input_ids == self.config.bos_token_id
         started = bool(start[:, 0].any())
         if bool(start[:, 1:].any()) or (started and not bool(start[:, 0].all())):
@@ -125,8 +125,6 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         if T - started > self.config.max_position_embeddings:
             raise ValueError(f'{T - started} tokens: this model reads at most {self.config.max_position_embeddings} '
                              f'(its block size less one, so that the last token has a next position)')
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
         tokens = input_ids.masked_fill(start, 0) if started else torch.cat([input_ids[:, :1] * 0, input_ids], 1)
         positions = torch.arange(-1, tokens.size(1) - 1, device=input_ids.device).expand(B, -1)
         logits = self.net.forward_slots(tokens, positions, positions + 1)[:, 1 - started:]
