@@ -1,14 +1,18 @@
 """
 What the scripts share besides the model: one-line errors and the rules their settings follow, devices
 and dtypes, memory, checkpoints and tokenizers as one-line errors, the sampling settings and prompts
-of sample.py and gen_ppl.py, small file readers.
+of sample.py and gen_ppl.py, small file readers, scripts run in processes that start with torch imported.
 """
+import atexit
 import ctypes
 import json
 import math
+import multiprocessing
 import os
 import pickle
 import re
+import runpy
+import subprocess
 import sys
 import tempfile
 from contextlib import nullcontext
@@ -479,3 +483,43 @@ def print_table(head, rows):
     widths = [max(len(str(row[k])) for row in [head, *rows]) for k in range(len(head))]
     for row in [head, *rows]:
         print('  '.join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+# -----------------------------------------------------------------------------
+# a script in a new process that starts with torch imported: `python script.py` spends 4 s of a slow core
+# importing torch (and torch._dynamo, which its optimizers import), more than a toy run takes
+
+def run_python(argv, cwd, env, out, err=None, timeout=None):
+    """Run `python *argv` (a script and its arguments) in cwd with env, printing into the file out (and err, or
+    out); return its exit status, None if it ran past timeout seconds (then it is killed). The process is forked
+    from a server that imported torch once, where the platform has one (not Windows)."""
+    if 'forkserver' not in multiprocessing.get_all_start_methods():
+        with open(out, 'w') as o, open(err or out, 'a') as e:
+            return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, stdout=o, stderr=e).returncode
+    forks = multiprocessing.get_context('forkserver')
+    forks.set_forkserver_preload(['torch', 'torch._dynamo'])
+    process = forks.Process(target=exec_script, args=(list(argv), str(cwd), dict(env), out, err or out))
+    process.start()
+    process.join(timeout)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+        return None
+    return process.exitcode
+
+
+def exec_script(argv, cwd, env, out, err):
+    """In the new process: become `python *argv` in cwd with env, printing into out and err (the exit status is
+    multiprocessing's: SystemExit's, or 1 after printing an exception)."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+    os.dup2(1 if err == out else os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+    sys.stdout, sys.stderr = open(1, 'w', closefd=False), open(2, 'w', buffering=1, closefd=False)
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    try:
+        runpy.run_path(argv[0], run_name='__main__')
+    finally:
+        atexit._run_exitfuncs()  # multiprocessing ends its processes with os._exit, past atexit

@@ -86,8 +86,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -96,7 +94,8 @@ import numpy as np
 import torch
 
 from checkpoints import load_checkpoint
-from common import at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl
+from common import (at_least, autocast, check_settings, default_device, default_dtype, fail, one_of, read_jsonl,
+                    run_python)
 from configurator import configure
 from engine import generate
 from experiments import (ALIASES, CLAIMS, FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, ORDER_ARMS,
@@ -354,7 +353,7 @@ def same_runs(runs, planned):
 
 
 # -----------------------------------------------------------------------------
-# jobs: training, then evaluations, each a subprocess of one of the scripts
+# jobs: training, then evaluations, each a process of one of the scripts (common.run_python)
 
 def read_metrics(folder):
     """A run's metrics.jsonl records, [] before its first evaluation."""
@@ -477,8 +476,7 @@ def run_jobs(jobs, n_workers, threads):
                 json.dump(job.settings, f)
             os.replace(path + '.tmp', path)
         t0 = time.time()
-        with open(job.log, 'w') as log:
-            code = subprocess.run([sys.executable, *job.argv], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        code = run_python(job.argv, os.getcwd(), env, job.log)
         print(f'{job.name}: ' + ('finished' if code == 0 else f'failed ({code})') + f' in {time.time() - t0:.0f}s')
         return code
 

@@ -186,12 +186,27 @@ def workdir(tmp_path_factory):
     return root
 
 
+def run_forked(argv, cwd, timeout=600):
+    """`python *argv` in cwd as common.run_python runs it (a new process with torch imported): the
+    CompletedProcess, its output as text."""
+    from common import run_python
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, 'out'), os.path.join(tmp, 'err')
+        code = run_python(argv, cwd, os.environ, out, err, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(argv, timeout)
+        return subprocess.CompletedProcess(argv, code, *(open(name).read() for name in (out, err)))
+
+
 def run_script(script, *args, cwd, check=True, nproc=None):
     """Run one of the repo's scripts (or torchrun on it) in cwd; return the CompletedProcess."""
     path = os.path.join(ROOT, script)
-    cmd = [sys.executable, path] if nproc is None else \
-        [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}', path]
-    result = subprocess.run(cmd + list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
+    if nproc is None:
+        result = run_forked([path, *args], cwd)
+    else:
+        result = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone',
+                                 f'--nproc_per_node={nproc}', path, *args], cwd=cwd, capture_output=True, text=True,
+                                timeout=600)
     if check and result.returncode != 0:
         pytest.fail(f'{script} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}')
     return result
