@@ -8,6 +8,7 @@ import ctypes
 import json
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import re
@@ -15,6 +16,7 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import threading
 from contextlib import nullcontext
 
 import torch
@@ -499,13 +501,19 @@ def run_python(argv, cwd, env, out, err=None, timeout=None):
     forks = multiprocessing.get_context('forkserver')
     forks.set_forkserver_preload(['torch', 'torch._dynamo'])
     process = forks.Process(target=exec_script, args=(list(argv), str(cwd), dict(env), out, err or out))
-    process.start()
-    process.join(timeout)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
-        return None
-    return process.exitcode
+    with FORKING:
+        process.start()
+    ended = multiprocessing.connection.wait([process.sentinel], timeout)
+    with FORKING:
+        if not ended:
+            process.kill()
+            process.join()
+        return process.exitcode if ended else None
+
+
+# a Process is not thread-safe (findings.py runs jobs from threads): start() reads the exit status of every other
+# process that has ended, and two threads reading one status get it and EOF (exit status 255)
+FORKING = threading.Lock()
 
 
 def exec_script(argv, cwd, env, out, err):
