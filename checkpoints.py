@@ -25,7 +25,8 @@ from training import describe_orders
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
-FOLDER_CODE = ('model.py', 'modeling_ao_gpt.py')  # what transformers runs (trust_remote_code): the network's own code
+# what transformers runs (trust_remote_code): the network's and the decoding's own code
+FOLDER_CODE = ('model.py', 'engine.py', 'modeling_ao_gpt.py')
 # generate()'s defaults for transformers: with no input it starts from the start slot, whose id follows the network's
 GENERATION_CONFIG = 'generation_config.json'
 TOKENIZER_FILES = ('vocab.json', 'merges.txt', 'tokenizer_config.json')  # for transformers' AutoTokenizer
@@ -148,7 +149,8 @@ def folder_config(model, checkpoint, weights):
     and what trained it."""
     auto, name = HF_CLASSES[model.config.is_encoder]
     return dict(format=FOLDER_FORMAT, model_args=dataclasses.asdict(model.config), weights=weights,
-                vocab=checkpoint_vocab(checkpoint, model.config.vocab_size), trained=training_record(checkpoint),
+                vocab=checkpoint_vocab(checkpoint, model.config.vocab_size),
+                n_tokens=token_count(checkpoint, model.config.vocab_size), trained=training_record(checkpoint),
                 model_type=FOLDER_FORMAT, architectures=[name],
                 auto_map={'AutoConfig': 'modeling_ao_gpt.AOGPTConfig', auto: f'modeling_ao_gpt.{name}'})
 

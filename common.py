@@ -11,7 +11,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
-import re
 import runpy
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import torch
 
 from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, is_hf_folder,
                          load_checkpoint, training_record, weights_read)
-from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order
+from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order, parse_infill
 from training import run_mix
 
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -314,27 +313,6 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
 )
 
 
-def parse_infill(template, marker, encode):
-    """Token ids and a known-mask for an infill template: marker is one masked token, and with a
-    count before its last character (e.g. [MASK:5]) that many."""
-    pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
-    ids, known, at = [], [], 0
-    for match in re.finditer(pattern, template):
-        text = encode(template[at:match.start()])
-        count = match.group(1)
-        if count is not None and not (count.isdecimal() and int(count) >= 1):
-            fail(f'{match.group(0)} in the infill template: a masked span needs a whole number of tokens, at least '
-                 f'one (as in {marker[:-1]}:5{marker[-1]})')
-        count = int(count or 1)
-        ids += text + [0] * count
-        known += [True] * len(text) + [False] * count
-        at = match.end()
-    if not known:
-        fail(f'the infill template has no {marker} marker')
-    text = encode(template[at:])
-    return ids + text, known + [True] * len(text)
-
-
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
     'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
     'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
@@ -383,7 +361,10 @@ def speculation_k(k, model, order, batch_size):
 def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):
     """The ids of one sample and which of them are known, from an infill template or a start prefix."""
     if infill:
-        ids, known = parse_infill(infill, mask_token, encode)
+        try:
+            ids, known = parse_infill(infill, mask_token, encode)
+        except ValueError as e:
+            fail(str(e))
         if len(ids) > block_size:
             fail(f'the infill template is {len(ids)} tokens long, more than block_size {block_size}')
         return ids, known

@@ -12,6 +12,7 @@ ancestral rule (`ancestral`), where each step reveals every masked position with
 """
 import logging
 import math
+import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -429,6 +430,27 @@ def confidence_scores(logits, kind):
     """Higher is more confident: the max-probability, or minus the entropy, of each prediction."""
     logp = logits.float().log_softmax(-1)
     return logp.max(-1).values.exp() if kind == 'maxprob' else (logp.exp() * logp).sum(-1)
+
+
+def parse_infill(template, marker, encode):
+    """Token ids and a known-mask (lists) for an infill template, whose text encode() turns into ids: marker is one
+    masked token, and with a count before its last character (e.g. [MASK:5]) that many."""
+    pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
+    ids, known, at = [], [], 0
+    for match in re.finditer(pattern, template):
+        text = encode(template[at:match.start()])
+        count = match.group(1)
+        if count is not None and not (count.isdecimal() and int(count) >= 1):
+            raise ValueError(f'{match.group(0)} in the infill template: a masked span needs a whole number of tokens, '
+                             f'at least one (as in {marker[:-1]}:5{marker[-1]})')
+        count = int(count or 1)
+        ids += text + [0] * count
+        known += [True] * len(text) + [False] * count
+        at = match.end()
+    if not known:
+        raise ValueError(f'the infill template has no {marker} marker')
+    text = encode(template[at:])
+    return ids + text, known + [True] * len(text)
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """
-The code a model folder carries for Hugging Face transformers: export.py copies it, with model.py, into every folder
-it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT and sigma-GPT are causal language
-models:
+The code a model folder carries for Hugging Face transformers: export.py copies it, with model.py and engine.py, into
+every folder it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT and sigma-GPT are
+causal language models:
 
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained('ao-gpt-shakespeare-char', trust_remote_code=True)
@@ -9,7 +9,8 @@ models:
 
 The encoder is a masked LM (AutoModelForMaskedLM: the masked positions hold config.mask_token_id). A character-level
 model's folder also holds its characters (vocab.json), which AutoTokenizer reads with AOGPTCharTokenizer. The network
-is model.py's, unchanged: its weights load under the same names.
+is model.py's, unchanged: its weights load under the same names. In any order, sample() and infill() decode with
+engine.py, as sample.py does.
 """
 import json
 import math
@@ -21,8 +22,10 @@ from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, Pre
 from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
 
 try:  # in a model folder transformers loads the files as one package
+    from .engine import Sampling, generate, parse_infill
     from .model import GPTConfig, Rotary, build_model
 except ImportError:  # in the repository
+    from engine import Sampling, generate, parse_infill
     from model import GPTConfig, Rotary, build_model
 
 
@@ -30,8 +33,9 @@ class AOGPTConfig(PretrainedConfig):
     """config.json as export.py writes it: model.py's GPTConfig under model_args, beside what the scripts read."""
     model_type = 'ao-gpt'
 
-    def __init__(self, model_args=None, **kwargs):
+    def __init__(self, model_args=None, n_tokens=None, **kwargs):
         self.model_args = dict(model_args or {})
+        self.n_tokens = n_tokens  # how many ids are tokens (GPT-2's 50257 of a 50304-row table); None: all
         # what generic tools read: the longest input whose every next token has a target position in the block
         self.max_position_embeddings = self.model_args.get('block_size', 1) - 1
         # the network's ids, then a decoder's start slot (position -1, the "[None]" token; a row that begins with it is
@@ -81,6 +85,32 @@ class AOGPTPreTrainedModel(PreTrainedModel):
         if args.recipe.tied_head:
             self._tied_weights_keys = {'transformer.wte.weight': 'lm_head.weight'}  # the file holds the head
         self.post_init()
+
+    @torch.no_grad()
+    def sample(self, input_ids=None, known=None, num_samples=1, steps=None, seed=1337, order='random',
+               schedule='linear', confidence='maxprob', temperature=1.0, top_k=None, top_p=1.0, top_p_mode='nucleus',
+               speculate=0):
+        """num_samples rows of ids (num_samples, T), decoded by the repository's engine as its sample.py decodes them:
+        the same seed and settings give the same tokens. The positions of input_ids (T,) that known (T,) marks are
+        given, the others generated in `steps` steps (None: one token per step) in an order ('random', 'l2r',
+        'confidence'; the encoder also 'ancestral'); speculate=k draws one token per step's samples by speculative
+        decoding, up to k drafts a forward. Without input_ids: a block of new tokens."""
+        if input_ids is None:
+            input_ids = torch.zeros(self.net.config.block_size, dtype=torch.long)
+            known = torch.zeros(self.net.config.block_size, dtype=torch.bool)
+        known = torch.as_tensor(known, dtype=torch.bool, device=self.device)
+        x = torch.as_tensor(input_ids, device=self.device).view(1, -1).repeat(num_samples, 1)
+        x, _ = generate(self.net, x, known, steps or int((~known).sum()),
+                        Sampling(temperature, top_k, top_p, top_p_mode), schedule=schedule, order=order,
+                        confidence=confidence, generator=torch.Generator(self.device).manual_seed(seed),
+                        n_tokens=self.config.n_tokens, speculate=speculate)
+        return x
+
+    def infill(self, template, tokenizer, mask_token='[MASK]', **options):
+        """The texts of sample()'s fills of a template (options: sample's): each mask_token in it is generated
+        ([MASK] one token, [MASK:5] five), the text around it given."""
+        ids, known = parse_infill(template, mask_token, lambda text: tokenizer.encode(text, add_special_tokens=False))
+        return tokenizer.batch_decode(self.sample(ids, known, **options), clean_up_tokenization_spaces=False)
 
     def _init_weights(self, module):
         """The weights come from the folder; the rotary tables, not in it, are made again from the config (loading

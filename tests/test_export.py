@@ -59,7 +59,8 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     tokenizer = ['tokenizer_config.json', 'vocab.json'] + (['merges.txt'] if kind == 'bpe_ckpt' else [])
     start = [] if kind == 'mdm_ckpt' else ['generation_config.json']  # a decoder's start id
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
-        ['README.md', 'config.json', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer + start)
+        ['README.md', 'config.json', 'engine.py', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer
+        + start)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
     assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
@@ -105,7 +106,7 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
     assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'generation_config.json',
-                                       'model.py', 'modeling_ao_gpt.py', 'vocab.json', 'merges.txt',
+                                       'model.py', 'engine.py', 'modeling_ao_gpt.py', 'vocab.json', 'merges.txt',
                                        'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
@@ -292,6 +293,50 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
         assert torch.equal(read[folder]['greedy'], greedy), folder
         assert read[folder]['ids'] == [vocabs[folder].index(c) for c in TEXT] and read[folder]['text'] == TEXT
         assert 'ids from 995 to 15496, but this model reads ids 0 to 65' in read[folder]['foreign']
+
+
+# the any-order methods of folders' models, in an isolated interpreter: argv[1] maps each folder to its calls,
+# (template, options of model.sample): a template is infilled, '' samples a block
+SAMPLE_WITH_TRANSFORMERS = '''
+import json, sys, torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+texts = {}
+for folder, calls in json.loads(sys.argv[1]).items():
+    encoder = AutoConfig.from_pretrained(folder, trust_remote_code=True).model_args['architecture'] == 'encoder'
+    model = (AutoModelForMaskedLM if encoder else AutoModelForCausalLM).from_pretrained(folder, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    texts[folder] = [model.infill(template, tokenizer, **options) if template else
+                     tokenizer.batch_decode(model.sample(**options), clean_up_tokenization_spaces=False)
+                     for template, options in calls]
+print(json.dumps(texts))
+'''
+DECODINGS = {  # (template, the options of model.sample): the orders, the schedules, speculation, templates
+    'decoder': [('', dict(num_samples=2, seed=3)), ('', dict(num_samples=2, order='l2r', steps=10, schedule='cosine')),
+                ('ROMEO: [MASK:6] my [MASK].', dict(num_samples=2, order='confidence', steps=3, temperature=0.8)),
+                ('', dict(num_samples=3, speculate=4, seed=5, top_k=10))],
+    'encoder': [('', dict(num_samples=2, order='ancestral', steps=40)),
+                ('ROMEO: [MASK:6] my [MASK].', dict(num_samples=2, order='confidence', steps=3, top_p=0.9))],
+}
+
+
+def test_a_folders_any_order_methods_draw_sample_pys_tokens(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt,
+                                                             tmp_path):
+    """model.sample and model.infill of folders loaded by transformers alone (AO-GPT with learned and rotary
+    positions, sigma-GPT, the encoder) give sample.py's samples of their checkpoints for the same settings and seed,
+    in every order, schedule, template and with speculation."""
+    calls = {}
+    for out_dir in (char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt):
+        export(workdir, f'--out_dir={out_dir}', f'--out={out_dir}-methods')
+        calls[str(workdir / f'{out_dir}-methods')] = DECODINGS['encoder' if out_dir == mdm_ckpt else 'decoder']
+    printed = subprocess.run([sys.executable, '-I', '-c', SAMPLE_WITH_TRANSFORMERS, json.dumps(calls)], cwd=tmp_path,
+                             check=True, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    for folder, texts in json.loads(printed.stdout.splitlines()[-1]).items():
+        for got, (template, options) in zip(texts, calls[folder], strict=True):
+            flags = [f'--{k}={v}' for k, v in options.items()] + \
+                ([f'--infill={template}', '--fill_marks='] if template else [])
+            expected = samples(run_script('sample.py', f'--init_from={folder}', '--device=cpu', *flags,
+                                          cwd=workdir).stdout)
+            assert got == expected and len(set(got)) > 1, (folder, template, options)
 
 
 FINE_TUNE_WITH_PEFT = '''

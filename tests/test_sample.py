@@ -5,9 +5,10 @@ import re
 import pytest
 import torch
 
-from common import parse_infill, prompt_tokens
+from common import prompt_tokens
 from conftest import DECODERS, TINY_BLOCK as T, decoder_id, run_script, samples, says, tiny_model
-from engine import Sampling, confidence_scores, filter_probs, generate, inverse_cdf, sample_tokens, step_sizes
+from engine import (Sampling, confidence_scores, filter_probs, generate, inverse_cdf, parse_infill, sample_tokens,
+                    step_sizes)
 from fixtures.reference import load
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -237,14 +238,16 @@ def test_parse_infill():
     assert ids == [97, 98, 0, 99, 0, 0, 0] and known == [True, True, False, True, False, False, False]
     ids, known = parse_infill('<m:2>x', '<m>', encode)
     assert ids == [0, 0, 120] and known == [False, False, True]
-    with pytest.raises(SystemExit, match='no \\[MASK\\] marker'):
+    with pytest.raises(ValueError, match='no \\[MASK\\] marker'):
         parse_infill('no markers here', '[MASK]', encode)
     for bad in ('[MASK:0]', '[MASK:-3]', '[MASK:2.5]', '[MASK:x]', '[MASK:]'):  # the bad count is named
-        with pytest.raises(SystemExit) as exc:
+        with pytest.raises(ValueError) as exc:
             parse_infill(f'a {bad} b', '[MASK]', encode)
         says(str(exc.value), bad, 'whole number of tokens', 'as in [MASK:5]')
-    with pytest.raises(SystemExit, match=re.escape('<m:-1> in the infill template')):
+    with pytest.raises(ValueError, match=re.escape('<m:-1> in the infill template')):
         parse_infill('<m:-1>x', '<m>', encode)
+    with pytest.raises(SystemExit, match=re.escape('[MASK:0] in the infill template')):  # the scripts: one line
+        prompt_tokens(encode, 16, infill='a[MASK:0]')
 
 
 @pytest.mark.parametrize('start,infill,max_new_tokens,parts', [
