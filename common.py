@@ -502,6 +502,8 @@ def exec_script(argv, cwd, env, out, err):
     multiprocessing's: SystemExit's, or 1 after printing an exception)."""
     os.environ.clear()
     os.environ.update(env)
+    if env.get('OMP_NUM_THREADS', '').isdecimal():  # torch read it when the server imported it
+        torch.set_num_threads(int(env['OMP_NUM_THREADS']))
     os.chdir(cwd)
     os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
     os.dup2(1 if err == out else os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)

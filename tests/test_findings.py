@@ -239,6 +239,17 @@ def started_sweep(findings, out):
     return runs
 
 
+def test_each_job_runs_on_the_threads_it_is_given(tmp_path):
+    """run_jobs' threads reach torch in each job, as OMP_NUM_THREADS reaches a new interpreter, though the process
+    it is forked from imported torch under other settings (the tests' workers: one thread)."""
+    import findings
+    (script := tmp_path / 'threads.py').write_text('import torch; print(torch.get_num_threads())')
+    for threads in (2, 3):
+        log = tmp_path / f'{threads}.log'
+        findings.run_jobs([findings.Job('threads', [str(script)], str(log), False)], 1, threads)
+        assert log.read_text().split() == [str(threads)]
+
+
 def test_a_copied_or_renamed_folder_holds_the_same_runs(tmp_path):
     import findings
     p = findings.PRESETS['smoke']
