@@ -477,8 +477,12 @@ def run_python(argv, cwd, env, out, err=None, timeout=None):
     out); return its exit status, None if it ran past timeout seconds (then it is killed). The process is forked
     from a server that imported torch once, where the platform has one (not Windows)."""
     if 'forkserver' not in multiprocessing.get_all_start_methods():
-        with open(out, 'w') as o, open(err or out, 'a') as e:
-            return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, stdout=o, stderr=e).returncode
+        with open(out, 'w') as o, open(err or os.devnull, 'w') as e:
+            try:
+                return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, stdout=o,
+                                      stderr=e if err else subprocess.STDOUT, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                return None
     forks = multiprocessing.get_context('forkserver')
     forks.set_forkserver_preload(['torch', 'torch._dynamo'])
     process = forks.Process(target=exec_script, args=(list(argv), str(cwd), dict(env), out, err or out))

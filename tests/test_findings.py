@@ -250,6 +250,26 @@ def test_each_job_runs_on_the_threads_it_is_given(tmp_path):
         assert log.read_text().split() == [str(threads)]
 
 
+@pytest.mark.parametrize('methods', [None, ['spawn']])  # None: this platform's (forkserver); spawn: as on Windows
+def test_run_python_is_a_new_interpreter(tmp_path, monkeypatch, methods):
+    """common.run_python gives a script's output (stdout and stderr in one file, or apart), its exit status, its
+    arguments, folder and environment, and None past its timeout; without forkserver, through subprocess."""
+    import multiprocessing
+    from common import run_python
+    if methods:
+        monkeypatch.setattr(multiprocessing, 'get_all_start_methods', lambda: methods)
+    (script := tmp_path / 'script.py').write_text(
+        'import os, sys, time\nprint(sys.argv[1:], os.getcwd(), os.environ["WORD"])\nsys.stdout.flush()\n'
+        'print("to stderr", file=sys.stderr)\nsys.stderr.flush()\nprint("after")\ntime.sleep(float(sys.argv[2]))\n'
+        'sys.exit(int(sys.argv[1]))')
+    env = dict(os.environ, WORD='hello')
+    assert run_python([str(script), '3', '0'], tmp_path, env, str(tmp_path / 'both')) == 3
+    assert (tmp_path / 'both').read_text() == f"['3', '0'] {tmp_path} hello\nto stderr\nafter\n"
+    assert run_python([str(script), '0', '0'], tmp_path, env, str(tmp_path / 'out'), str(tmp_path / 'err')) == 0
+    assert (tmp_path / 'err').read_text() == 'to stderr\n' and (tmp_path / 'out').read_text().endswith('after\n')
+    assert run_python([str(script), '0', '60'], tmp_path, env, str(tmp_path / 'out'), timeout=1) is None
+
+
 def test_a_copied_or_renamed_folder_holds_the_same_runs(tmp_path):
     import findings
     p = findings.PRESETS['smoke']
