@@ -25,8 +25,8 @@ from training import describe_orders
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
 FOLDER_FORMAT = 'ao-gpt'  # config.json's format of a model folder
-# what transformers runs (trust_remote_code): the network's and the decoding's own code
-FOLDER_CODE = ('model.py', 'engine.py', 'modeling_ao_gpt.py')
+# what transformers runs (trust_remote_code): the network's, the decoding's and the scoring's own code
+FOLDER_CODE = ('model.py', 'engine.py', 'scoring.py', 'modeling_ao_gpt.py')
 # generate()'s defaults for transformers: with no input it starts from the start slot, whose id follows the network's
 GENERATION_CONFIG = 'generation_config.json'
 TOKENIZER_FILES = ('vocab.json', 'merges.txt', 'tokenizer_config.json')  # for transformers' AutoTokenizer

@@ -4,7 +4,6 @@ and dtypes, memory, checkpoints and tokenizers as one-line errors, the sampling 
 of sample.py and gen_ppl.py, small file readers, scripts run in processes that start with torch imported.
 """
 import atexit
-import ctypes
 import json
 import math
 import multiprocessing
@@ -17,12 +16,15 @@ import sys
 import tempfile
 import threading
 from contextlib import nullcontext
+from functools import partial
 
 import torch
+from torch.nn import functional as F
 
-from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_vocab, is_hf_folder,
-                         load_checkpoint, training_record, weights_read)
+from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_tokens, checkpoint_vocab,
+                         is_hf_folder, load_checkpoint, training_record, weights_read)
 from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order, parse_infill
+from scoring import encoder_gap_nlls, encoder_l2r_logprobs, known_first_nlls, left_nlls, order_logprobs
 from training import run_mix
 
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -136,23 +138,6 @@ def peak_memory_mb(device):
     import resource  # not on Windows, where there is no /proc either
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == 'darwin' else peak / 1024
-
-
-def release_freed_memory():
-    """Give freed CPU memory back to the system. glibc keeps the freed blocks of tensors of varying
-    sizes in its per-thread heaps, so without this a long CPU evaluation's RSS creeps up (3x seen)."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def _find_malloc_trim():
-    try:
-        return ctypes.CDLL('libc.so.6').malloc_trim
-    except (OSError, AttributeError):  # not glibc: macOS, Windows, musl
-        return None
-
-
-_malloc_trim = _find_malloc_trim()
 
 
 def check_writable(folder, setting):
@@ -283,6 +268,45 @@ def load_hf_causal_lm(name, device):
         fail(f'could not load the Hugging Face model {name!r} ({reason}); check the name and the network, '
              f'or pass a local folder saved with save_pretrained')
     return model.to(device).eval()
+
+
+def load_scorer(name, device, sides='left'):
+    """score(x, generated) -> each row's NLL of its scored tokens, for the token ids x (B, T) and which of them were
+    generated (B, T) bool, on the CPU; its vocabulary (what the ids mean, as checkpoint_vocab says it, and how
+    many), the longest sequence it reads, and which weights of a checkpoint scorer it reads ('EMA' or 'raw'; None
+    for a Hugging Face model). sides='left': each generated token but the sample's first, given the tokens before
+    it; 'both': every generated token, given every known token (read first, left to right) and the generated ones
+    before it (our checkpoints only). An encoder is read exactly, one forward per scored token."""
+    if not is_hf_model(name):
+        model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
+        if sides == 'both' and training_record(checkpoint)['config'].get('order') == 'l2r':
+            fail(f'--sides=both reads the known tokens first, but the scorer {name} was trained left to right '
+                 f'(--order=l2r): score with an any-order checkpoint, or --sides=left')
+
+        def nll(x):  # an encoder's exactly: one forward per token
+            if model.config.is_encoder:
+                return -encoder_l2r_logprobs(model, x.cpu(), x.numel(), first=1)[0].view(len(x), -1)
+            # a row at a time through order_logprobs: a batch's logits at a 50k vocabulary would take gigabytes
+            l2r = torch.arange(x.size(1))[None]
+            return -torch.stack([order_logprobs(model, row, l2r, 1, max_tokens=len(row))[0] for row in x])
+        both = encoder_gap_nlls if model.config.is_encoder else known_first_nlls
+        score = partial(both, model) if sides == 'both' else partial(left_nlls, nll)
+        return score, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
+            weights_read(checkpoint)
+    if sides == 'both':
+        fail(f'--sides=both reads the known tokens first, but the scorer {name} is a Hugging Face model, which reads '
+             f'left to right only: score with an any-order checkpoint of ours, or --sides=left')
+    model = load_hf_causal_lm(name, device)
+    if model.config.vocab_size < GPT2_VOCAB:
+        fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
+             f'read GPT-2 BPE ids (gpt2, gpt2-medium, gpt2-large, gpt2-xl, ...)')
+
+    def nll(x):  # a row's log-softmax at a time: the batch's would double the logits' gigabytes at GPT-2's vocabulary
+        logits = model(input_ids=x).logits
+        return torch.stack([F.cross_entropy(row[:-1].float(), ids[1:], reduction='none')
+                            for row, ids in zip(logits, x)])
+    return partial(left_nlls, nll), ('gpt2', model.config.vocab_size), \
+        getattr(model.config, 'max_position_embeddings', None), None
 
 
 # -----------------------------------------------------------------------------

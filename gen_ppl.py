@@ -51,10 +51,10 @@ from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
                     infill_order, int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens,
-                    read_checkpoint, read_jsonl, sampling_options, same_vocab, speculation_k)
+                    load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab, speculation_k)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate_many
-from scoring import SIDES, load_scorer, score_samples, summarize
+from scoring import SIDES, score_samples, summarize
 
 # -----------------------------------------------------------------------------
 globals().update(SAMPLING_SETTINGS)  # the sampler's settings, as sample.py's (common.py); the grid's are comma lists:

@@ -71,12 +71,11 @@ from tqdm import tqdm
 from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
                     check_settings, check_speculation_steps, check_steps, default_device, fail, find_checkpoint,
-                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint, release_freed_memory,
-                    speculation_k)
+                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint, speculation_k)
 from configurator import check_key, parse_text
 from engine import Sampling, compile_decoding, generate
 from scoring import (HEAD_COST, content_seed, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
-                     random_context_orders)
+                     random_context_orders, release_freed_memory)
 
 INSTALL = 'pip install "lm-eval>=0.4.9,<0.5"'
 try:

@@ -1,7 +1,7 @@
 """
-The code a model folder carries for Hugging Face transformers: export.py copies it, with model.py and engine.py, into
-every folder it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT and sigma-GPT are
-causal language models:
+The code a model folder carries for Hugging Face transformers: export.py copies it, with model.py, engine.py and
+scoring.py, into every folder it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT
+and sigma-GPT are causal language models:
 
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained('ao-gpt-shakespeare-char', trust_remote_code=True)
@@ -10,7 +10,8 @@ causal language models:
 The encoder is a masked LM (AutoModelForMaskedLM: the masked positions hold config.mask_token_id). A character-level
 model's folder also holds its characters (vocab.json), which AutoTokenizer reads with AOGPTCharTokenizer. The network
 is model.py's, unchanged: its weights load under the same names. In any order, sample() and infill() decode with
-engine.py, as sample.py does.
+engine.py, as sample.py does; log_likelihood() and gap_log_likelihood() score exactly with scoring.py, as
+eval_ppl.py does.
 """
 import json
 import math
@@ -24,9 +25,13 @@ from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
 try:  # in a model folder transformers loads the files as one package
     from .engine import Sampling, generate, parse_infill
     from .model import GPTConfig, Rotary, build_model
+    from .scoring import decoder_gap_logprobs, encoder_l2r_logprobs, order_logprobs
 except ImportError:  # in the repository
     from engine import Sampling, generate, parse_infill
     from model import GPTConfig, Rotary, build_model
+    from scoring import decoder_gap_logprobs, encoder_l2r_logprobs, order_logprobs
+
+MAX_TOKENS = 32768  # slots per forward when scoring, as eval_ppl.py's max_tokens: it bounds memory
 
 
 class AOGPTConfig(PretrainedConfig):
@@ -111,6 +116,52 @@ class AOGPTPreTrainedModel(PreTrainedModel):
         ([MASK] one token, [MASK:5] five), the text around it given."""
         ids, known = parse_infill(template, mask_token, lambda text: tokenizer.encode(text, add_special_tokens=False))
         return tokenizer.batch_decode(self.sample(ids, known, **options), clean_up_tokenization_spaces=False)
+
+    @torch.no_grad()
+    def log_likelihood(self, input_ids, orders=None):
+        """The exact log p(row) of each row of input_ids (B, T) read in each order of orders (E, T), permutations of
+        0..T-1 (None: left to right): (B, E), float64. The mixture of the E orders (an ensemble) reads
+        logsumexp(result, 1) - log(E). The encoder reads left to right only, each token revealed after those before
+        it (eval_ppl.py's revealed l2r)."""
+        x = self.scored_rows(input_ids)
+        B, T = x.shape
+        if self.encoder:
+            if orders is not None:
+                raise ValueError('the encoder reads left to right only (orders=None)')
+            return encoder_l2r_logprobs(self.net, x, MAX_TOKENS)[0].view(B, T).double().sum(1, keepdim=True)
+        orders = torch.arange(T)[None] if orders is None else torch.as_tensor(orders).view(-1, T).cpu()
+        if not torch.equal(orders.sort(1).values, torch.arange(T).expand_as(orders)):
+            raise ValueError(f'each order is a permutation of the {T} positions 0..{T - 1}')
+        return torch.stack([order_logprobs(self.net, row, orders, 0, MAX_TOKENS).double().sum(1) for row in x])
+
+    @torch.no_grad()
+    def gap_log_likelihood(self, input_ids, gap, n_random=0, seed=1337):
+        """The exact log p(gap | the rest) of each row of input_ids (B, T), gap its positions: (B, 1 + n_random),
+        float64, as eval_ppl.py --gaps scores it (its seeds). A decoder reads the rest left to right, then the gap
+        left to right (column 0) and in n_random uniform orders (columns 1..; their ensemble of k, the log of the mean
+        of their probabilities, is logsumexp(result[:, 1:k + 1], 1) - log(k)). The encoder reveals the gap left to
+        right, the rest given (one column)."""
+        x = self.scored_rows(input_ids)
+        B, T = x.shape
+        gap = torch.as_tensor(gap, dtype=torch.long).flatten().cpu()
+        if not (len(gap) and 0 <= int(gap.min()) and int(gap.max()) < T and torch.equal(gap, gap.unique())):
+            raise ValueError(f'gap: positions of the {T} tokens (0..{T - 1}), at least one, sorted, each once')
+        if self.encoder:
+            if n_random:
+                raise ValueError('the encoder reveals the gap left to right only (n_random=0)')
+            return encoder_l2r_logprobs(self.net, x, MAX_TOKENS, gaps=[gap] * B)[0].view(B, 1, -1).double().sum(2)
+        return decoder_gap_logprobs(self.net, x, [gap] * B, n_random, MAX_TOKENS, seed)
+
+    def scored_rows(self, input_ids):
+        """input_ids (B, T) as the network's ids on the CPU, where scoring.py builds its rows: ValueError for ids
+        it does not read or a row longer than its block."""
+        x = torch.as_tensor(input_ids).cpu()
+        if x.dim() != 2:
+            raise ValueError(f'input_ids of shape {tuple(x.shape)}: pass rows, (B, T)')
+        check_inputs(x, None, self.net.config.vocab_size)
+        if x.size(1) > self.net.config.block_size:
+            raise ValueError(f'{x.size(1)} tokens: this model reads at most {self.net.config.block_size} (its block)')
+        return x
 
     def _init_weights(self, module):
         """The weights come from the folder; the rotary tables, not in it, are made again from the config (loading

@@ -9,11 +9,11 @@ query is a row of i+1 slots, rows of similar length are batched (at most max_tok
 forward) and only the query slot goes through the head: about half the slots of one full forward
 per query, and none of the wasted vocabulary projections.
 """
+import ctypes
 import hashlib
 import json
 import math
 from contextlib import nullcontext
-from functools import partial
 from itertools import islice
 
 import torch
@@ -21,10 +21,25 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
-from checkpoints import GPT2_VOCAB, checkpoint_tokens, training_record, weights_read
-from common import fail, find_checkpoint, is_hf_model, load_hf_causal_lm, read_checkpoint, release_freed_memory
-
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
+
+
+def release_freed_memory():
+    """Give freed CPU memory back to the system. glibc keeps the freed blocks of tensors of varying
+    sizes in its per-thread heaps, so without this a long CPU evaluation's RSS creeps up (3x seen)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _find_malloc_trim():
+    try:
+        return ctypes.CDLL('libc.so.6').malloc_trim
+    except (OSError, AttributeError):  # not glibc: macOS, Windows, musl
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
 
 
 # -----------------------------------------------------------------------------
@@ -449,45 +464,6 @@ def left_gap_logprobs(l2r, gaps):
 # samples: a scorer's NLL of their generated tokens, given the tokens to their left or every known one
 
 SIDES = ('left', 'both')
-
-
-def load_scorer(name, device, sides='left'):
-    """score(x, generated) -> each row's NLL of its scored tokens, for the token ids x (B, T) and which of them were
-    generated (B, T) bool, on the CPU; its vocabulary (what the ids mean, as checkpoint_vocab says it, and how
-    many), the longest sequence it reads, and which weights of a checkpoint scorer it reads ('EMA' or 'raw'; None
-    for a Hugging Face model). sides='left': each generated token but the sample's first, given the tokens before
-    it; 'both': every generated token, given every known token (read first, left to right) and the generated ones
-    before it (our checkpoints only). An encoder is read exactly, one forward per scored token."""
-    if not is_hf_model(name):
-        model, checkpoint = read_checkpoint(find_checkpoint(name, ''), device)
-        if sides == 'both' and training_record(checkpoint)['config'].get('order') == 'l2r':
-            fail(f'--sides=both reads the known tokens first, but the scorer {name} was trained left to right '
-                 f'(--order=l2r): score with an any-order checkpoint, or --sides=left')
-
-        def nll(x):  # an encoder's exactly: one forward per token
-            if model.config.is_encoder:
-                return -encoder_l2r_logprobs(model, x.cpu(), x.numel(), first=1)[0].view(len(x), -1)
-            # a row at a time through order_logprobs: a batch's logits at a 50k vocabulary would take gigabytes
-            l2r = torch.arange(x.size(1))[None]
-            return -torch.stack([order_logprobs(model, row, l2r, 1, max_tokens=len(row))[0] for row in x])
-        both = encoder_gap_nlls if model.config.is_encoder else known_first_nlls
-        score = partial(both, model) if sides == 'both' else partial(left_nlls, nll)
-        return score, checkpoint_tokens(checkpoint, model.config.vocab_size), model.config.block_size, \
-            weights_read(checkpoint)
-    if sides == 'both':
-        fail(f'--sides=both reads the known tokens first, but the scorer {name} is a Hugging Face model, which reads '
-             f'left to right only: score with an any-order checkpoint of ours, or --sides=left')
-    model = load_hf_causal_lm(name, device)
-    if model.config.vocab_size < GPT2_VOCAB:
-        fail(f'the scorer {name} has a {model.config.vocab_size}-token vocabulary: a Hugging Face scorer must '
-             f'read GPT-2 BPE ids (gpt2, gpt2-medium, gpt2-large, gpt2-xl, ...)')
-
-    def nll(x):  # a row's log-softmax at a time: the batch's would double the logits' gigabytes at GPT-2's vocabulary
-        logits = model(input_ids=x).logits
-        return torch.stack([F.cross_entropy(row[:-1].float(), ids[1:], reduction='none')
-                            for row, ids in zip(logits, x)])
-    return partial(left_nlls, nll), ('gpt2', model.config.vocab_size), \
-        getattr(model.config, 'max_position_embeddings', None), None
 
 
 def left_nlls(nll, x, generated):

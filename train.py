@@ -175,7 +175,7 @@ if fim_max_span > block_size:
     fail(f'--fim_max_span={fim_max_span} is longer than the block (--block_size={block_size}): use at most '
          f'{block_size}, or 0 for any length')
 if 'fim_max_span' in overridden and mix is not None and not mix['fim']:
-    fail(f'--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to --order_mix, e.g. '
+    fail('--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to --order_mix, e.g. '
          '--order_mix=l2r:0.5,fim:0.5')
 try:
     gap_settings = parse_gaps(eval_gaps, '--eval_gaps')

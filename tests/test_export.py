@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from checkpoints import load_checkpoint
 from common import gpt2_encoding
 from conftest import one_line_error, run_here, run_script, samples, says, train
 from fixtures.reference import load
+from scoring import content_seed, gap_orders
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -59,8 +61,8 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     tokenizer = ['tokenizer_config.json', 'vocab.json'] + (['merges.txt'] if kind == 'bpe_ckpt' else [])
     start = [] if kind == 'mdm_ckpt' else ['generation_config.json']  # a decoder's start id
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
-        ['README.md', 'config.json', 'engine.py', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py'] + tokenizer
-        + start)
+        ['README.md', 'config.json', 'engine.py', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py', 'scoring.py']
+        + tokenizer + start)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
     assert torch.equal(logits(model), logits(ckpt)) and config['vocab'] == stored['vocab']
@@ -106,8 +108,8 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
     assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'generation_config.json',
-                                       'model.py', 'engine.py', 'modeling_ao_gpt.py', 'vocab.json', 'merges.txt',
-                                       'tokenizer_config.json'])]
+                                       'model.py', 'engine.py', 'scoring.py', 'modeling_ao_gpt.py', 'vocab.json',
+                                       'merges.txt', 'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
 
@@ -296,19 +298,31 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
 
 
 # the any-order methods of folders' models, in an isolated interpreter: argv[1] maps each folder to its calls,
-# (template, options of model.sample): a template is infilled, '' samples a block
-SAMPLE_WITH_TRANSFORMERS = '''
-import json, sys, torch
+# (template, options of model.sample): a template is infilled, '' samples a block; argv[2] holds rows to score and
+# the orders and gaps to score them in; what the methods give goes to argv[3]
+ANY_ORDER_WITH_TRANSFORMERS = '''
+import importlib.util, json, sys, torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
-texts = {}
+assert importlib.util.find_spec('scoring') is None  # the repository is not on the path
+scored, out = torch.load(sys.argv[2]), {}
 for folder, calls in json.loads(sys.argv[1]).items():
     encoder = AutoConfig.from_pretrained(folder, trust_remote_code=True).model_args['architecture'] == 'encoder'
     model = (AutoModelForMaskedLM if encoder else AutoModelForCausalLM).from_pretrained(folder, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    texts[folder] = [model.infill(template, tokenizer, **options) if template else
-                     tokenizer.batch_decode(model.sample(**options), clean_up_tokenization_spaces=False)
-                     for template, options in calls]
-print(json.dumps(texts))
+    x = scored['x']
+    out[folder] = dict(
+        texts=[model.infill(template, tokenizer, **options) if template else
+               tokenizer.batch_decode(model.sample(**options), clean_up_tokenization_spaces=False)
+               for template, options in calls],
+        text=model.log_likelihood(x, None if encoder else scored['orders']),
+        gaps=[model.gap_log_likelihood(x, gap, 0 if encoder else 3, seed=7) for gap in scored['gaps']])
+for name, load in [('untrusted', lambda: AutoModelForCausalLM.from_pretrained(folder)),
+                   ('codeless', lambda: AutoModelForCausalLM.from_pretrained(sys.argv[4], trust_remote_code=True))]:
+    try:
+        load()
+    except (OSError, ValueError) as e:
+        out[name] = str(e)
+torch.save(out, sys.argv[3])
 '''
 DECODINGS = {  # (template, the options of model.sample): the orders, the schedules, speculation, templates
     'decoder': [('', dict(num_samples=2, seed=3)), ('', dict(num_samples=2, order='l2r', steps=10, schedule='cosine')),
@@ -317,26 +331,85 @@ DECODINGS = {  # (template, the options of model.sample): the orders, the schedu
     'encoder': [('', dict(num_samples=2, order='ancestral', steps=40)),
                 ('ROMEO: [MASK:6] my [MASK].', dict(num_samples=2, order='confidence', steps=3, top_p=0.9))],
 }
+SCORED = dict(x=torch.randint(0, 60, (2, 24), generator=torch.Generator().manual_seed(0)),
+              orders=torch.stack([torch.arange(24), torch.arange(24).flip(0),
+                                  torch.randperm(24, generator=torch.Generator().manual_seed(1))]),
+              gaps=[torch.arange(5, 9), torch.tensor([0, 3, 17, 23])])  # a span; scattered, at both ends
 
 
-def test_a_folders_any_order_methods_draw_sample_pys_tokens(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt,
-                                                             tmp_path):
-    """model.sample and model.infill of folders loaded by transformers alone (AO-GPT with learned and rotary
-    positions, sigma-GPT, the encoder) give sample.py's samples of their checkpoints for the same settings and seed,
-    in every order, schedule, template and with speculation."""
-    calls = {}
+@pytest.fixture(scope='module')
+def any_order_methods(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt, tmp_path_factory):
+    """{folder: what its methods gave}, folders exported from AO-GPT with learned and rotary positions, sigma-GPT
+    and the encoder, loaded by transformers alone; and {folder: the calls of model.sample}."""
+    tmp, calls = tmp_path_factory.mktemp('methods'), {}
     for out_dir in (char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt):
         export(workdir, f'--out_dir={out_dir}', f'--out={out_dir}-methods')
         calls[str(workdir / f'{out_dir}-methods')] = DECODINGS['encoder' if out_dir == mdm_ckpt else 'decoder']
-    printed = subprocess.run([sys.executable, '-I', '-c', SAMPLE_WITH_TRANSFORMERS, json.dumps(calls)], cwd=tmp_path,
-                             check=True, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
-    for folder, texts in json.loads(printed.stdout.splitlines()[-1]).items():
-        for got, (template, options) in zip(texts, calls[folder], strict=True):
+    torch.save(SCORED, tmp / 'scored.pt')
+    shutil.copytree(workdir / f'{char_ckpt}-methods', tmp / 'codeless')
+    os.remove(tmp / 'codeless' / 'scoring.py')
+    subprocess.run([sys.executable, '-I', '-c', ANY_ORDER_WITH_TRANSFORMERS, json.dumps(calls), str(tmp / 'scored.pt'),
+                    str(tmp / 'out.pt'), str(tmp / 'codeless')], cwd=tmp, check=True,
+                   env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    out = torch.load(tmp / 'out.pt')
+    return {folder: out[folder] for folder in calls}, calls, out
+
+
+def test_a_folders_any_order_methods_draw_sample_pys_tokens(workdir, any_order_methods):
+    """model.sample and model.infill give sample.py's samples of the folder for the same settings and seed, in every
+    order, schedule, template and with speculation."""
+    methods, calls, _ = any_order_methods
+    for folder, got in methods.items():
+        for texts, (template, options) in zip(got['texts'], calls[folder], strict=True):
             flags = [f'--{k}={v}' for k, v in options.items()] + \
                 ([f'--infill={template}', '--fill_marks='] if template else [])
             expected = samples(run_script('sample.py', f'--init_from={folder}', '--device=cpu', *flags,
                                           cwd=workdir).stdout)
-            assert got == expected and len(set(got)) > 1, (folder, template, options)
+            assert texts == expected and len(set(texts)) > 1, (folder, template, options)
+
+
+@torch.no_grad()
+def decoder_log_likelihood(model, x, order, first=0):
+    """log p(x[order[first:]] | x[order[:first]]) of a row x read in order, from one full forward of the network."""
+    return -model(x[None], order[None], reduction='none')[1][0, first:].double().sum()
+
+
+@torch.no_grad()
+def revealed_log_likelihood(model, x, gap):
+    """log p(x[gap] | the rest) of the encoder, the gap revealed left to right: a full forward per gap token."""
+    total = torch.zeros((), dtype=torch.float64)
+    for i in gap.tolist():
+        z = torch.where(torch.isin(torch.arange(len(x)), gap) & (torch.arange(len(x)) >= i), model.mask_id, x)
+        total += F.log_softmax(model.forward_masked(z[None])[0, i].double(), -1)[x[i]]
+    return total
+
+
+def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_methods):
+    """model.log_likelihood (the whole text, in given orders) and model.gap_log_likelihood (the rest read first, then
+    the gap left to right and in eval_ppl.py's seeded random orders; the encoder's gap revealed left to right) are
+    the sums of the network's log-probs in those orders, each from full forwards of the folder as the scripts read
+    it."""
+    x = SCORED['x']
+    for folder, got in any_order_methods[0].items():
+        model, _ = load_checkpoint(folder)
+        if model.config.is_encoder:
+            text = [[revealed_log_likelihood(model, row, torch.arange(24))] for row in x]
+            gaps = [[[revealed_log_likelihood(model, row, gap)] for row in x] for gap in SCORED['gaps']]
+        else:
+            text = [[decoder_log_likelihood(model, row, order) for order in SCORED['orders']] for row in x]
+            gaps = [[[decoder_log_likelihood(model, row, order, 24 - len(gap))
+                      for order in gap_orders(24, gap, 3, content_seed(7, row.tolist()))] for row in x]
+                    for gap in SCORED['gaps']]
+        torch.testing.assert_close(got['text'], torch.tensor(text, dtype=torch.float64), atol=1e-4, rtol=0)
+        for got_gap, gap in zip(got['gaps'], gaps, strict=True):
+            torch.testing.assert_close(got_gap, torch.tensor(gap, dtype=torch.float64), atol=1e-4, rtol=0)
+        assert len(set(got['gaps'][0][0].tolist())) == got['gaps'][0].size(1), folder  # the orders differ
+
+
+def test_transformers_names_the_fix_of_a_load_without_trust_or_a_folder_without_its_code(any_order_methods):
+    errors = any_order_methods[2]
+    assert 'trust_remote_code=True' in errors['untrusted']
+    assert 'scoring.py' in errors['codeless'] and 'No such file' in errors['codeless']
 
 
 FINE_TUNE_WITH_PEFT = '''

@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from conftest import (N_EXACT, TINY_BLOCK as T, nll_given, one_forward_logprob, one_line_error, run_script, says,
                       tiny_mdm, tiny_model, train)
