@@ -387,7 +387,7 @@ def skip_without_the_mirror():
 
 def task_manager():
     from lm_eval.tasks import TaskManager
-    return TaskManager(include_path=os.path.join(ROOT, 'tasks'))
+    return TaskManager(include_path=os.path.join(ROOT, 'tasks'), include_defaults=False)  # ours only: seconds
 
 
 @pytest.mark.needs('wikitext2', 'lambada')
