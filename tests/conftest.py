@@ -17,7 +17,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 
@@ -297,16 +298,15 @@ def tiny_gpt2(tmp_path_factory):
 
 
 def peak_memory_run(script, *args, cwd):
-    """Run a script to the end in a fresh process; return (its stdout, its peak RSS in MB)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, stdout=out,
-                                   stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)  # the child's own rusage, unlike RUSAGE_CHILDREN
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        if process.returncode != 0:
-            pytest.fail(f'{script} failed ({process.returncode}):\n{err.read().decode()[-3000:]}')
-        return out.read().decode(), usage.ru_maxrss / 1024  # kB on Linux
+    """Run a script to the end in a new process (run_forked's); return (its stdout, its peak RSS in MB, torch's
+    import included)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = os.path.join(tmp, 'peak')
+        result = run_forked([os.path.join(HERE, 'peak_rss.py'), peak, os.path.join(ROOT, script), *args], cwd)
+        if result.returncode != 0:
+            pytest.fail(f'{script} failed ({result.returncode}):\n{result.stderr[-3000:]}')
+        with open(peak) as f:
+            return result.stdout, float(f.read())
 
 
 def one_line_error(script, *args, cwd):

@@ -408,26 +408,21 @@ def test_the_script_runs_the_harness_offline(workdir, char_ckpt, tmp_path):
     assert result.stderr.count('outside the vocabulary') == 1 and "'='" in result.stderr
 
 
-def logged_loglikelihoods(folder):
-    """Each sample's log-likelihood in an lm-eval --log_samples output folder, by doc_id."""
-    [path] = glob.glob(os.path.join(folder, '**', 'samples_*.jsonl'), recursive=True)
-    with open(path) as f:
-        return {row['doc_id']: float(row['resps'][0][0][0]) for row in map(json.loads, f)}
-
-
-@pytest.mark.slow  # two harness runs
+@pytest.mark.slow  # transformers' model and lm-eval's
 @pytest.mark.needs('wikitext2', 'lambada')
 def test_lm_evals_own_hf_model_reads_an_exported_folder_as_lm_eval_ao_does(workdir, char_ckpt, tmp_path):
+    """lm-eval's hf model on an exported folder (its code loaded by transformers) and lm_eval_ao.py's model on the
+    checkpoint give the same log-likelihood to each LAMBADA item."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM  # the harness's --model hf
     skip_without_the_mirror()
     run_script('export.py', f'--out_dir={char_ckpt}', f'--out={tmp_path}/folder', cwd=workdir)
-    items = ['--tasks', 'lambada_openai_local', '--include_path', os.path.join(ROOT, 'tasks'), '--samples',
-             json.dumps({'lambada_openai_local': [11, 21, 24]}), '--log_samples']
-    run_script('lm_eval_ao.py', *items, '--output_path', str(tmp_path / 'ours'), '--model_args',
-               f'checkpoint={char_ckpt}/ckpt.pt', cwd=workdir)
-    subprocess.run([sys.executable, '-m', 'lm_eval', '--model', 'hf', '--model_args',
-                    f'pretrained={tmp_path}/folder,trust_remote_code=True', '--device', 'cpu', *items, '--output_path',
-                    str(tmp_path / 'hf')], cwd=workdir, check=True, capture_output=True)
-    ours, hf = logged_loglikelihoods(tmp_path / 'ours'), logged_loglikelihoods(tmp_path / 'hf')
+    items = dict(tasks=['lambada_openai_local'], samples={'lambada_openai_local': [11, 21, 24]}, bootstrap_iters=0,
+                 task_manager=task_manager())
+    ours = simple_evaluate(model=make_lm(workdir, char_ckpt), **items)
+    hf = simple_evaluate(model=HFLM(pretrained=f'{tmp_path}/folder', trust_remote_code=True, device='cpu'), **items)
+    ours, hf = ({row['doc_id']: float(row['resps'][0][0][0]) for row in out['samples']['lambada_openai_local']}
+                for out in (ours, hf))
     assert ours.keys() == hf.keys() == {11, 21, 24}
     assert all(hf[i] == pytest.approx(ours[i], abs=1e-4) for i in ours), (ours, hf)
 

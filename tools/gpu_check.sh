@@ -48,6 +48,7 @@ if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none 
     CHAR_ITERS=20
     LONG=(--max_iters=4 --eval_interval=2 --warmup_iters=2 --lr_decay_iters=4)
     BATCHES=2  # one batch: each compiles its graphs
+    ROUNDS=(--rounds=1)  # each timing once, after the step's own --rounds
     SYNC=()
     SPECULATE=(--speculate_k=4 --compile=False --batch_size=2)  # compiling a graph for each k and batch takes
                                                                  # minutes here, a batch of 16 at 50k tokens a minute
@@ -63,6 +64,7 @@ else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     LONG=(--max_iters=1000 --eval_interval=200 --eval_iters=10 --log_interval=100 --warmup_iters=100
           --lr_decay_iters=1000)
     BATCHES=1,16,64
+    ROUNDS=()
     SYNC=(--sync_check=True --step_profile=True)
     # auto: 8 at batch 1, none at 16 with GPT-2's vocabulary (the CPU's rule): k=4 tries it; a graph for each k and
     # batch compiles
@@ -125,7 +127,7 @@ CHAR=()
 [ -f $WORK/char/ckpt.pt ] && CHAR=(--checkpoint=$WORK/char/ckpt.pt)
 step decode 'decoding steps, eager and compiled' 240 python3 bench.py --run=step "${CHAR[@]}" \
     "${SCALE[@]}" "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --step_batches=$BATCHES --rounds=3 \
-    "${SYNC[@]}"
+    "${ROUNDS[@]}" "${SYNC[@]}"
 # the paper's Figure 4: the encoder against AO-GPT, 1,024 tokens one per step, batch 16, compiled
 step arch 'encoder against AO-GPT' 120 python3 bench.py --run=arch --arch_train=False --compile=True "${SCALE[@]}" \
     "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --batch_size=16
@@ -143,7 +145,7 @@ for pe in learned rotary; do  # rotary learns the corpus faster (docs/training.m
 done
 step speculate 'speculative decoding' 200 python3 bench.py --run=speculate "${MODEL[@]}" "${SCALE[@]}" \
     "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
-    --speculate_tokens=$((BLOCK / 4)) --rounds=2
+    --speculate_tokens=$((BLOCK / 4)) --rounds=2 "${ROUNDS[@]}"
 step train 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
     config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary --overwrite=True \
     "${SHORT[@]}" "${TINY[@]}"
