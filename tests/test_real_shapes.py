@@ -44,15 +44,16 @@ def test_sample_1024_tokens(workdir, real_ckpt, args):
     assert peak < 2000
 
 
-def test_eval_a_chunk_of_each_dataset_with_an_ensemble(workdir, real_ckpt):
+def test_eval_a_chunk_of_each_dataset(workdir, real_ckpt):
+    # an ensemble's queries at these shapes: test_rotary_decoder_trains_samples_and_evaluates
     data_dir = needs('gpt2_bpe', 'wikitext2', 'lambada')
     out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real', '--dataset=wikitext2,lambada',
-                                f'--data_dir={data_dir}', '--ensemble=2', '--max_chunks=1', '--device=cpu', cwd=workdir)
-    print(f'eval_ppl.py --ensemble=2, a chunk of 1024 from each: peak {peak:.0f} MB')
+                                f'--data_dir={data_dir}', '--max_chunks=1', '--device=cpu', cwd=workdir)
+    print(f'eval_ppl.py, a chunk of 1024 from each: peak {peak:.0f} MB')
     rows = {line.split()[0]: line.split() for line in out.splitlines()[-2:]}
     for name in ('wikitext2', 'lambada'):
         assert rows[name][1] == '1,024'
-        assert all(math.isfinite(float(v)) and float(v) > 1 for v in rows[name][2:5])
+        assert all(math.isfinite(float(v)) and float(v) > 1 for v in rows[name][2:4])  # left to right, random order
     assert peak < 3000
 
 
