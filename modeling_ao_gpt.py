@@ -129,9 +129,11 @@ class AOGPTPreTrainedModel(PreTrainedModel):
             if orders is not None:
                 raise ValueError('the encoder reads left to right only (orders=None)')
             return encoder_l2r_logprobs(self.net, x, MAX_TOKENS)[0].view(B, T).double().sum(1, keepdim=True)
-        orders = torch.arange(T)[None] if orders is None else torch.as_tensor(orders).view(-1, T).cpu()
-        if not torch.equal(orders.sort(1).values, torch.arange(T).expand_as(orders)):
-            raise ValueError(f'each order is a permutation of the {T} positions 0..{T - 1}')
+        orders = torch.arange(T)[None] if orders is None else torch.as_tensor(orders).cpu()
+        orders = orders[None] if orders.dim() == 1 else orders
+        if not (orders.dim() == 2 and orders.size(1) == T and
+                torch.equal(orders.sort(1).values, torch.arange(T).expand_as(orders))):
+            raise ValueError(f'orders (E, {T}): each a permutation of the {T} positions 0..{T - 1}')
         return torch.stack([order_logprobs(self.net, row, orders, 0, MAX_TOKENS).double().sum(1) for row in x])
 
     @torch.no_grad()

@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -404,6 +405,22 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
         for got_gap, gap in zip(got['gaps'], gaps, strict=True):
             torch.testing.assert_close(got_gap, torch.tensor(gap, dtype=torch.float64), atol=1e-4, rtol=0)
         assert len(set(got['gaps'][0][0].tolist())) == got['gaps'][0].size(1), folder  # the orders differ
+
+
+@pytest.mark.parametrize('call,words', [
+    (lambda m, x: m.log_likelihood(x, [[0, 1, 2, 2]]), 'each a permutation'),
+    (lambda m, x: m.log_likelihood(x, [0, 1, 2]), 'orders (E, 4)'),
+    (lambda m, x: m.gap_log_likelihood(x, []), 'at least one'),
+    (lambda m, x: m.gap_log_likelihood(x, [2, 4]), 'positions of the 4 tokens'),
+    (lambda m, x: m.gap_log_likelihood(x, [2, 1]), 'sorted'),
+    (lambda m, x: m.log_likelihood(x[0]), 'pass rows'),
+    (lambda m, x: m.log_likelihood(x + 50), 'tokenizer of its folder')])
+def test_the_likelihood_methods_name_a_bad_input(call, words):
+    from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=16,
+                                                         cond_dim=8)))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        call(model, torch.randint(11, (2, 4)))
 
 
 def test_transformers_names_the_fix_of_a_load_without_trust_or_a_folder_without_its_code(any_order_methods):
