@@ -507,17 +507,24 @@ def run_python(argv, cwd, env, out, err=None, timeout=None):
                                       stderr=e if err else subprocess.STDOUT, timeout=timeout).returncode
             except subprocess.TimeoutExpired:
                 return None
-    forks = multiprocessing.get_context('forkserver')
-    forks.set_forkserver_preload(['torch', 'torch._dynamo'])
-    process = forks.Process(target=exec_script, args=(list(argv), str(cwd), dict(env), out, err or out))
-    with FORKING:
-        process.start()
+    process = start_python(argv, cwd, env, out, err)
     ended = multiprocessing.connection.wait([process.sentinel], timeout)
     with FORKING:
         if not ended:
             process.kill()
             process.join()
         return process.exitcode if ended else None
+
+
+def start_python(argv, cwd, env, out, err=None):
+    """Start `python *argv` as run_python runs it, where the platform has a fork server: the multiprocessing Process
+    (its pid to signal, its sentinel to wait on). With PYTHONUNBUFFERED set in env, each line is written as printed."""
+    forks = multiprocessing.get_context('forkserver')
+    forks.set_forkserver_preload(['torch', 'torch._dynamo'])
+    process = forks.Process(target=exec_script, args=(list(argv), str(cwd), dict(env), out, err or out))
+    with FORKING:
+        process.start()
+    return process
 
 
 # a Process is not thread-safe (findings.py runs jobs from threads): start() reads the exit status of every other
@@ -535,7 +542,8 @@ def exec_script(argv, cwd, env, out, err):
     os.chdir(cwd)
     os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
     os.dup2(1 if err == out else os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-    sys.stdout, sys.stderr = open(1, 'w', closefd=False), open(2, 'w', buffering=1, closefd=False)
+    sys.stdout = open(1, 'w', buffering=1 if env.get('PYTHONUNBUFFERED') else -1, closefd=False)
+    sys.stderr = open(2, 'w', buffering=1, closefd=False)
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     try:

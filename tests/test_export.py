@@ -36,6 +36,63 @@ def export(workdir, *args):
     run_here('export.py', *args, cwd=workdir)
 
 
+# A fresh interpreter, isolated (-I: nothing of the repository on its path), that imports torch and transformers
+# once and forks a process for each program it reads (a json line: code, argv, folder, log), which runs as
+# `python -I -c code *argv` would there, with /dev/null for its input; it answers each line with the exit status
+FORK_SERVER = '''
+import json, os, sys, traceback
+import torch, transformers
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+for line in sys.stdin:
+    code, argv, cwd, log = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+            os.dup2(1, 2)
+            os.chdir(cwd)
+            sys.argv = ['-c', *argv]
+            exec(compile(code, '<string>', 'exec'), {'__name__': '__main__'})
+            status = 0
+        except SystemExit as e:  # as the interpreter takes it: None is 0, a message is printed and gives 1
+            if e.code is None or isinstance(e.code, int):
+                status = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+'''
+
+
+@pytest.fixture(scope='module')
+def isolated(tmp_path_factory):
+    """run(code, *argv, cwd=folder): `python -I -c code *argv` in folder, offline, in a process forked from
+    FORK_SERVER (the seconds of importing torch and transformers spent once); its output, which a failure shows."""
+    home = tmp_path_factory.mktemp('isolated')
+    server = subprocess.Popen([sys.executable, '-I', '-c', FORK_SERVER], cwd=home, text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    logs = iter(range(10 ** 6))
+
+    def run(code, *argv, cwd):
+        log = home / f'{next(logs)}.log'
+        server.stdin.write(json.dumps([code, [str(a) for a in argv], str(cwd), str(log)]) + '\n')
+        server.stdin.flush()
+        status = server.stdout.readline()
+        output = log.read_text() if log.exists() else ''
+        assert status.strip() == '0', f'exit status {status.strip() or "none: the server ended"}\n{output}'
+        return output
+    yield run
+    server.stdin.close()
+    server.wait()
+
+
 def run_here_output(workdir, script, *args):
     """A script's stdout, run in this process (so a monkeypatch applies)."""
     buffer = io.StringIO()
@@ -263,7 +320,7 @@ torch.save(out, sys.argv[2])
 
 
 def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, char_ckpt, rotary_ckpt, sigma_ckpt,
-                                                                        tmp_path):
+                                                                        tmp_path, isolated):
     """AutoModelForCausalLM on folders of AO-GPT (learned and rotary positions) and sigma-GPT: logits[:, t] are the
     repository's full forward's for the token after t (after the start id: also the first token's, from the start
     slot), labels give their cross-entropy, greedy generate() is the argmax chain of full forwards; AutoTokenizer
@@ -276,9 +333,7 @@ def test_transformers_loads_a_folder_as_a_causal_lm_read_left_to_right(workdir, 
         vocabs[folder] = stored['vocab']
     x = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(0))
     torch.save(x, tmp_path / 'x.pt')
-    subprocess.run([sys.executable, '-I', '-c', f'TEXT = {TEXT!r}' + READ_WITH_TRANSFORMERS, str(tmp_path / 'x.pt'),
-                    str(tmp_path / 'out.pt'),
-                    *folders], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    isolated(f'TEXT = {TEXT!r}' + READ_WITH_TRANSFORMERS, tmp_path / 'x.pt', tmp_path / 'out.pt', *folders, cwd=tmp_path)
     read = torch.load(tmp_path / 'out.pt')
     for folder, model in folders.items():
         full = lambda y: model(torch.cat([y, y[:, :1]], 1), torch.arange(y.size(1) + 1).expand(2, -1))[0]
@@ -339,7 +394,7 @@ SCORED = dict(x=torch.randint(0, 60, (2, 24), generator=torch.Generator().manual
 
 
 @pytest.fixture(scope='module')
-def any_order_methods(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt, tmp_path_factory):
+def any_order_methods(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt, tmp_path_factory, isolated):
     """{folder: what its methods gave}, folders exported from AO-GPT with learned and rotary positions, sigma-GPT
     and the encoder, loaded by transformers alone; and {folder: the calls of model.sample}."""
     tmp, calls = tmp_path_factory.mktemp('methods'), {}
@@ -349,9 +404,8 @@ def any_order_methods(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt, tmp
     torch.save(SCORED, tmp / 'scored.pt')
     shutil.copytree(workdir / f'{char_ckpt}-methods', tmp / 'codeless')
     os.remove(tmp / 'codeless' / 'scoring.py')
-    subprocess.run([sys.executable, '-I', '-c', ANY_ORDER_WITH_TRANSFORMERS, json.dumps(calls), str(tmp / 'scored.pt'),
-                    str(tmp / 'out.pt'), str(tmp / 'codeless')], cwd=tmp, check=True,
-                   env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    isolated(ANY_ORDER_WITH_TRANSFORMERS, json.dumps(calls), tmp / 'scored.pt', tmp / 'out.pt', tmp / 'codeless',
+             cwd=tmp)
     out = torch.load(tmp / 'out.pt')
     return {folder: out[folder] for folder in calls}, calls, out
 
@@ -454,10 +508,9 @@ with torch.no_grad():
 
 @pytest.mark.slow  # transformers and peft in a fresh interpreter
 def test_a_lora_fine_tune_through_transformers_lowers_the_loss_and_saves_a_folder_every_script_reads(
-        workdir, rotary_ckpt, tmp_path):
+        workdir, rotary_ckpt, tmp_path, isolated):
     export(workdir, f'--out_dir={rotary_ckpt}', f'--out={tmp_path}/folder')
-    subprocess.run([sys.executable, '-I', '-c', FINE_TUNE_WITH_PEFT, str(tmp_path / 'folder'), str(tmp_path / 'tuned'),
-                    str(tmp_path / 'out.pt')], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    isolated(FINE_TUNE_WITH_PEFT, tmp_path / 'folder', tmp_path / 'tuned', tmp_path / 'out.pt', cwd=tmp_path)
     out = torch.load(tmp_path / 'out.pt')
     assert out['losses'][-1] < out['losses'][0] - 0.05, out['losses']
     model, _ = load_checkpoint(tmp_path / 'tuned')  # the merged weights, read as the scripts read a folder
@@ -485,12 +538,11 @@ torch.save(dict(z=z, logits=read.logits, loss=read.loss, mask_id=model.config.ma
 '''
 
 
-def test_transformers_loads_the_encoders_folder_as_a_masked_lm(workdir, mdm_ckpt, tmp_path):
+def test_transformers_loads_the_encoders_folder_as_a_masked_lm(workdir, mdm_ckpt, tmp_path, isolated):
     """AutoModelForMaskedLM on the encoder's folder: the repository's logits where [MASK] (the tokenizer's mask
     token, the network's mask_id) stands, and the cross-entropy of the masked positions' labels."""
     export(workdir, f'--out_dir={mdm_ckpt}', f'--out={tmp_path}/folder')
-    subprocess.run([sys.executable, '-I', '-c', READ_THE_ENCODER, str(tmp_path / 'folder'), str(tmp_path / 'out.pt')],
-                   cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    isolated(READ_THE_ENCODER, tmp_path / 'folder', tmp_path / 'out.pt', cwd=tmp_path)
     read = torch.load(tmp_path / 'out.pt')
     model, _ = load_checkpoint(workdir / mdm_ckpt / 'ckpt.pt')
     assert read['mask_id'] == read['tokenizer_mask_id'] == model.mask_id
@@ -505,14 +557,13 @@ def test_transformers_loads_the_encoders_folder_as_a_masked_lm(workdir, mdm_ckpt
 
 @pytest.mark.parametrize('kind', ['char_ckpt', 'mdm_ckpt',
                                   pytest.param('bpe_ckpt', marks=pytest.mark.needs('gpt2_bpe'))])
-def test_the_cards_transformers_lines_run_as_they_are(workdir, request, kind, tmp_path):
+def test_the_cards_transformers_lines_run_as_they_are(workdir, request, kind, tmp_path, isolated):
     out_dir = request.getfixturevalue(kind)
     export(workdir, f'--out_dir={out_dir}', f'--out={tmp_path}/card-folder')
     card = (tmp_path / 'card-folder' / 'README.md').read_text()
     code = card.split('With `transformers`')[1].split('```python\n')[1].split('```')[0]
     assert 'from_pretrained(\'card-folder\', trust_remote_code=True)' in code
-    subprocess.run([sys.executable, '-I', '-c', code], cwd=tmp_path, check=True, capture_output=True,
-                   env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    isolated(code, cwd=tmp_path)
 
 
 READ_A_BPE_FOLDER = '''
@@ -529,11 +580,11 @@ torch.save(dict(ids=ids, text=tokenizer.decode(ids[0]), bos=tokenizer.bos_token_
 
 
 @pytest.mark.needs('gpt2_bpe')
-def test_a_bpe_folders_tokenizer_is_gpt2s_with_the_start_id_after_the_networks(workdir, bpe_ckpt, tmp_path):
+def test_a_bpe_folders_tokenizer_is_gpt2s_with_the_start_id_after_the_networks(workdir, bpe_ckpt, tmp_path,
+                                                                               isolated):
     export(workdir, f'--out_dir={bpe_ckpt}', f'--out={tmp_path}/folder')
     text = "ROMEO: what light, through yonder window, breaks?\n  It's the east."
-    subprocess.run([sys.executable, '-I', '-c', f'TEXT = {text!r}' + READ_A_BPE_FOLDER, str(tmp_path / 'folder'),
-                    str(tmp_path / 'out.pt')], cwd=tmp_path, check=True, env=dict(os.environ, HF_HUB_OFFLINE='1'))
+    isolated(f'TEXT = {text!r}' + READ_A_BPE_FOLDER, tmp_path / 'folder', tmp_path / 'out.pt', cwd=tmp_path)
     read = torch.load(tmp_path / 'out.pt')
     model, _ = load_checkpoint(workdir / bpe_ckpt / 'ckpt.pt')
     assert read['ids'][0].tolist() == gpt2_encoding().encode(text) and read['text'] == text

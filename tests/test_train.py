@@ -84,35 +84,67 @@ def same_run(a, b):
 
 
 def stop_at(workdir, out_dir, iteration, signals, *args, nproc=None):
-    """Start train.py --init_from=auto (torchrun with nproc) and send `signals` (to torchrun, which passes them on)
-    once it logs `iteration`; return (exit code, the iteration it stopped at, stdout). The run goes on while the
-    signal travels, so it stops at `iteration` or a little after."""
-    path = os.path.join(ROOT, 'train.py')
-    launcher = [] if nproc is None else ['-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}']
-    run = subprocess.Popen([sys.executable, *launcher, path, *TINY, f'--out_dir={out_dir}', '--init_from=auto', *args],
-                           cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                           env=os.environ | {'PYTHONUNBUFFERED': '1'})  # each line as it is printed
-    out = ''
+    """Start train.py --init_from=auto (torchrun with nproc, else forked as run_script runs it) and send `signals`
+    (to torchrun, which passes them on) once it logs `iteration`; return (exit code, the iteration it stopped at,
+    stdout, seconds from the signal to the exit). The run goes on while the signal travels, so it stops at
+    `iteration` or a little after."""
+    argv = [os.path.join(ROOT, 'train.py'), *TINY, f'--out_dir={out_dir}', '--init_from=auto', *args]
+    env = os.environ | {'PYTHONUNBUFFERED': '1'}  # each line as it is printed
+    if nproc is None:
+        run = Forked(argv, workdir, env)
+    else:
+        run = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--standalone',
+                                f'--nproc_per_node={nproc}', *argv], cwd=workdir, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=env)
+    out, sent = '', None
     for line in run.stdout:
         out += line
-        if line.startswith(f'iter {iteration}: loss'):
+        if sent is None and line.startswith(f'iter {iteration}: loss'):
+            sent = time.time()
             for sig in signals:
                 run.send_signal(sig)
-            break
-    out += run.stdout.read()
+    code = run.wait(timeout=300)
     stopped = re.search(r'stopped by \S+ at iter (\d+)', out)
-    return run.wait(timeout=300), int(stopped.group(1)) if stopped else None, out
+    return code, int(stopped.group(1)) if stopped else None, out, sent and time.time() - sent
+
+
+class Forked:
+    """A script started by common.start_python, read and signalled as a Popen: its stdout's lines as it prints
+    them, send_signal, wait."""
+
+    def __init__(self, argv, cwd, env):
+        from common import start_python
+        self.out = os.path.join(cwd, f'forked-{os.getpid()}-{time.time_ns()}.log')
+        open(self.out, 'w').close()
+        self.process = start_python(argv, cwd, env, self.out, os.devnull)
+        self.stdout = self.lines()
+
+    def lines(self):
+        with open(self.out) as f:
+            text = ''
+            while True:
+                ended = self.process.exitcode is not None  # then all it printed is in the file
+                *lines, text = (text + f.read()).split('\n')
+                yield from (line + '\n' for line in lines)
+                if ended:
+                    yield from [text] if text else []
+                    return
+                time.sleep(0.01)
+
+    def send_signal(self, sig):
+        os.kill(self.process.pid, sig)
+
+    def wait(self, timeout):
+        self.process.join(timeout)
+        os.remove(self.out)
+        return self.process.exitcode
 
 
 def seconds_to_stop(workdir, out_dir, iteration, *args):
     """stop_at with SIGTERM, timed from the signal to the exit: (seconds, the iteration it stopped at)."""
-    t0 = []
-    real_send = subprocess.Popen.send_signal
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(subprocess.Popen, 'send_signal', lambda run, sig: (t0.append(time.time()), real_send(run, sig)))
-        code, stopped, _ = stop_at(workdir, out_dir, iteration, [signal.SIGTERM], *args)
+    code, stopped, _, seconds = stop_at(workdir, out_dir, iteration, [signal.SIGTERM], *args)
     assert code == 75
-    return time.time() - t0[0], stopped
+    return seconds, stopped
 
 
 PREEMPTIBLE = ['--max_iters=300', '--eval_interval=100', '--lr_decay_iters=300', '--log_interval=1', '--dropout=0.1']
@@ -120,10 +152,10 @@ PREEMPTIBLE = ['--max_iters=300', '--eval_interval=100', '--lr_decay_iters=300',
 
 def test_a_signal_saves_and_auto_goes_on_to_the_same_run(workdir):
     train(workdir, 'out-straight', *PREEMPTIBLE)
-    code, first, out = stop_at(workdir, 'out-preempted', 13, [signal.SIGUSR1], *PREEMPTIBLE)  # between evaluations
+    code, first, out, _ = stop_at(workdir, 'out-preempted', 13, [signal.SIGUSR1], *PREEMPTIBLE)  # between evaluations
     assert code == 75 and f'stopped by SIGUSR1 at iter {first}' in out and '--init_from=auto' in out
     assert 13 <= first < 300 and stored_checkpoint(workdir, 'out-preempted')['iter_num'] == first
-    code, second, out = stop_at(workdir, 'out-preempted', max(first + 20, 120), [signal.SIGTERM] * 2,  # one in the save
+    code, second, out, _ = stop_at(workdir, 'out-preempted', max(first + 20, 120), [signal.SIGTERM] * 2,  # one in the save
                                 *PREEMPTIBLE)
     assert code == 75 and second < 300 and stored_checkpoint(workdir, 'out-preempted')['iter_num'] == second
     evaluated = [r['iter'] for r in metrics(workdir, 'out-preempted')]
@@ -148,11 +180,11 @@ def test_a_signal_before_an_evaluation_stops_without_it_and_the_resume_evaluates
 
 @pytest.mark.slow
 def test_torchrun_stops_every_process_and_auto_goes_on(workdir):
-    ddp = ['--gradient_accumulation_steps=2', '--max_iters=100', '--eval_interval=50', '--lr_decay_iters=100',
+    ddp = ['--gradient_accumulation_steps=2', '--max_iters=50', '--eval_interval=25', '--lr_decay_iters=50',
            '--log_interval=1', '--dropout=0.1']  # PREEMPTIBLE, shorter: the signal comes at 13
     run_script('train.py', *TINY, '--out_dir=out-ddp-straight', *ddp, cwd=workdir, nproc=2)
-    _, stopped, out = stop_at(workdir, 'out-ddp-preempted', 13, [signal.SIGTERM], *ddp, nproc=2)
-    assert stopped and stored_checkpoint(workdir, 'out-ddp-preempted')['iter_num'] == stopped < 100
+    _, stopped, out, _ = stop_at(workdir, 'out-ddp-preempted', 13, [signal.SIGTERM], *ddp, nproc=2)
+    assert stopped and stored_checkpoint(workdir, 'out-ddp-preempted')['iter_num'] == stopped < 50
     run_script('train.py', *TINY, '--out_dir=out-ddp-preempted', *ddp, '--init_from=auto', cwd=workdir, nproc=2)
     same_run((workdir, 'out-ddp-straight'), (workdir, 'out-ddp-preempted'))
 

@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu_check.sh                           # on a machine with a GPU; the report in $OUT/report.md
 #   ONLY='python decode' bash tools/gpu_check.sh      # some steps only (keys: env train char python decode arch
-#                                                     #   ensemble speculate), the runs kept in $WORK for the next call
+#                                                     #   ensemble speculate rotary), the runs kept in $WORK for the next call
 #   BUDGET=580 bash tools/gpu_check.sh                # each step's limit cut to the seconds left; none starts with < 30
 #   PYTHON_PE=rotary bash tools/gpu_check.sh          # the Python corpus with rotary positions only (speculate's model)
 #   SMALL=1 bash tools/gpu_check.sh                   # a dry run on the CPU with tiny models (tests/test_bench.py)
@@ -17,7 +17,7 @@
 # calls read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEPS='env train char python decode arch ensemble speculate'
+STEPS='env train char python decode arch ensemble speculate rotary'
 ONLY=${ONLY:-$STEPS}
 for key in $ONLY; do  # a misspelt key would run nothing and say nothing
     if [[ " $STEPS " != *" $key "* ]]; then
@@ -45,7 +45,7 @@ if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none 
     TINY=(--device=cpu --dtype=float32 --compile=False --n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16
           --block_size=$BLOCK --batch_size=4 --eval_iters=1 --log_interval=2)  # after each training's own flags
     SHORT=(--max_iters=4 --eval_interval=4 --warmup_iters=2 --lr_decay_iters=4)
-    CHAR_ITERS=20
+    CHAR_ITERS=5
     LONG=(--max_iters=4 --eval_interval=2 --warmup_iters=2 --lr_decay_iters=4)
     BATCHES=2  # one batch: each compiles its graphs
     ROUNDS=(--rounds=1)  # each timing once, after the step's own --rounds
@@ -102,7 +102,7 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| cuda
 print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU: ' + platform.processor())"
 
 # training: tok/s, MFU and peak memory of the small recipe (tiny Shakespeare in GPT-2 BPE stands in for OpenWebText);
-# its checkpoint is the ensemble's model. The rotary run comes last: the least needed if time runs short
+# its checkpoint is the ensemble's model. The rotary run (key rotary) comes last: the least needed if time runs short
 step train 'training, learned positions' 100 torchrun --standalone --nproc_per_node=1 train.py config/train_ao_gpt_small.py \
     --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/learned --overwrite=True "${SHORT[@]}" "${TINY[@]}"
 # a character-level AO-GPT (the quick start's config) for the small-vocabulary rows
@@ -146,7 +146,7 @@ done
 step speculate 'speculative decoding' 200 python3 bench.py --run=speculate "${MODEL[@]}" "${SCALE[@]}" \
     "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
     --speculate_tokens=$((BLOCK / 4)) --rounds=2 "${ROUNDS[@]}"
-step train 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
+step rotary 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
     config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary --overwrite=True \
     "${SHORT[@]}" "${TINY[@]}"
 echo "report: $REPORT"
