@@ -121,7 +121,7 @@ SETS = {
     'lm1b': BenchmarkSet(Hub('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'},
                          read_lines, lm1b_detokenize),
 }
-BIN_SETS = ('openwebtext', 'shakespeare_char')  # already tokenized by their data/<name>/prepare.py
+BIN_SETS = ('openwebtext', 'shakespeare_char', 'wikitext2_char')  # already tokenized by data/<name>/prepare.py
 KNOWN = (*SETS, *BIN_SETS)
 
 
@@ -166,7 +166,7 @@ def load_rows(name, split, data_dir=''):
         return list(load_dataset(source.path, source.config, split=split)[source.column])
     except (ConnectionError, OSError, ImportError) as e:
         fail(f'could not fetch {name} ({type(e).__name__}: {str(e).splitlines()[0]}); without network, '
-             f'point --data_dir at local copies or pass --data_file=path')
+             f'point AOGPT_DATA_DIR (or --data_dir) at local copies, or pass --data_file=path')
 
 
 # -----------------------------------------------------------------------------

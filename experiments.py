@@ -91,13 +91,13 @@ PRESETS = {
         fixed_orders=[dict(seed=s) for s in (11, 12, 13)],  # order=fixed_random draws its order from the seed
         eval=dict(ensemble=16, max_chunks=100),
         infill=dict(spans=(1, 4, 16, 64), ensemble=4, max_chunks=100),  # eval_ppl.py --gaps=span:L on the val chunks
-        # finding orders: its samples (one setting, the model's own distribution), and the longer pair (the paper's
-        # mix and the l2r GPT at `longer` times the iterations, on the first `longer_seeds` seeds)
         # finding orders: every run records its gap NLLs in training (so the finding trains its own runs, all on one
         # machine); its samples (one setting, the model's own distribution); the longer pair (the paper's mix and the
-        # GPT at `longer` times the iterations, on the first `longer_seeds` seeds)
+        # GPT at `longer` times the iterations, on the first `longer_seeds` seeds); the second corpus: its arms
+        # again on other text at the settings chosen on the play, every seed (what the finding recommends must hold
+        # there too)
         orders=dict(train=dict(eval_gaps='span:4,span:16'), gen=dict(steps='16,64', num_samples=32, batch_size=32),
-                    longer=4, longer_seeds=2),
+                    longer=4, longer_seeds=2, second=dict(dataset='wikitext2_char', arms=('gpt', 'paper', 'fim-mix'))),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run

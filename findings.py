@@ -66,7 +66,9 @@ The findings are numbered by the paper's figure that shows them (sample quality 
            GPT), each at the mixed kind's chosen settings, beside the l2r GPT and the encoder at theirs, all trained
            here with their gap NLLs recorded in training; their losses, gaps (both sides and left only), and samples
            at a few steps scored by the GPT's first run; each arm against the GPT, the FIM GPT and the paper's mix;
-           and the longer pair (the paper's mix and the GPT at a multiple of the iterations): does the tax shrink
+           and the longer pair (the paper's mix and the GPT at a multiple of the iterations): does the tax shrink;
+           and some arms again on a second corpus at the same settings (cpu: WikiText-2's characters, prepared by
+           data/wikitext2_char/prepare.py), the same claims there
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -88,7 +90,7 @@ import os
 import statistics
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -137,9 +139,10 @@ def check_inputs():
     chosen = selected_findings(only)
     if preset == 'gpu' and not torch.cuda.is_available() and not dry_run:
         fail('--preset=gpu needs a CUDA GPU: use --preset=cpu here (or --dry_run to see its jobs)')
-    train_bin = os.path.join('data', PRESETS[preset]['dataset'], 'train.bin')
-    if not os.path.exists(train_bin) and not dry_run:
-        fail(f"{train_bin} not found: run python data/{PRESETS[preset]['dataset']}/prepare.py first")
+    for dataset in datasets(PRESETS[preset], chosen):
+        train_bin = os.path.join('data', dataset, 'train.bin')
+        if not os.path.exists(train_bin) and not dry_run:
+            fail(f'{train_bin} not found: run python data/{dataset}/prepare.py first')
     if readme and not os.path.isfile(readme):
         fail(f'--readme={readme} is not a file: name the README.md whose Findings section to rewrite')
     out = out_dir or f'findings-{preset}'
@@ -155,6 +158,12 @@ def check_inputs():
             fail(f'--out_dir={out} cannot be made ({e.strerror}): name a folder you can write')
         report_ready()
     return chosen, out
+
+
+def datasets(p, findings):
+    """The data/ folders the findings train on: the preset's, and finding orders' second corpus."""
+    second = p.get('orders', {}).get('second') if 'orders' in findings else None
+    return [p['dataset']] + ([second['dataset']] if second else [])
 
 
 def report_ready():
@@ -274,11 +283,22 @@ def order_runs(p, chosen, seed_list):
                   eval_interval=train['eval_interval'] * times)
     runs.update({order_run(arm, s, times): flags(arm, s) | longer
                  for arm in ('paper', 'gpt') for s in seed_list[:o['longer_seeds']]})
+    if 'second' in o:
+        corpus = o['second']['dataset']
+        runs.update({order_run(arm, s, corpus=corpus): flags(arm, s) | dict(dataset=corpus)
+                     for s in seed_list for arm in o['second']['arms']})
     return runs
 
 
-def order_run(arm, seed, times=1):
-    return f'orders-{arm}-s{seed}' if times == 1 else f'orders-{arm}-x{times}-s{seed}'
+def order_run(arm, seed, times=1, corpus=''):
+    """A run's name: its arm, its multiple of the iterations (when not 1), its corpus (when not the preset's)."""
+    return f"orders-{arm}{f'-x{times}' if times != 1 else ''}{f'-{corpus}' if corpus else ''}-s{seed}"
+
+
+def second_runs(p, seed_list):
+    """{arm: its run names} on finding orders' second corpus (none if the preset has no second corpus)."""
+    second = p['orders'].get('second', dict(arms=()))
+    return {arm: [order_run(arm, s, corpus=second['dataset']) for s in seed_list] for arm in second['arms']}
 
 
 def order_arm(name):
@@ -430,31 +450,37 @@ def eval_jobs(findings, p, seed_list, folders):
     return jobs
 
 
-def gaps_job(p, name, folder):
-    """eval_ppl.py --gaps at the preset's spans on one run (gaps.json)."""
+def gaps_job(p, name, folder, dataset=None):
+    """eval_ppl.py --gaps at the preset's spans on one run (gaps.json), on the val text of its dataset (the
+    preset's unless given)."""
     infill = p['infill']
-    flags = dict(out_dir=folder, dataset=p['dataset'], gaps=','.join(f'span:{L}' for L in infill['spans'])) | \
+    flags = dict(out_dir=folder, dataset=dataset or p['dataset'],
+                 gaps=','.join(f'span:{L}' for L in infill['spans'])) | \
         {k: v for k, v in infill.items() if k != 'spans'}
     return script_job(f'gaps {name}', 'eval_ppl.py', flags, os.path.join(folder, 'gaps.json'), needs=[folder])
 
 
 def order_eval_jobs(p, seed_list, folders):
     """finding orders: the gaps of each of its runs, and the samples of each run of its arms (gen_orders.json) at its
-    steps, scored by the GPT's first run; an arm trained without random orders (the GPT, the FIM GPT) samples left
-    to right, the others in random orders."""
-    scorer = folders[order_run('gpt', seed_list[0])]
+    steps, scored by the GPT's first run on the same corpus; an arm trained without random orders (the GPT, the FIM
+    GPT) samples left to right, the others in random orders."""
     arms = order_arms(p['train']['max_iters'])
     left_to_right = {arm for arm in ORDER_ARMS if arm != 'encoder' and (ORDER_ARMS[arm][1] == 'l2r' or
                      'order_mix' in arms[arm] and not parse_mix(arms[arm]['order_mix'])['random'])}
-    jobs = [gaps_job(p, name, folder) for name, folder in folders.items() if name.startswith('orders-')]
-    for arm in ORDER_ARMS:
-        for s in seed_list:
-            folder = folders[order_run(arm, s)]
-            flags = dict(out_dir=folder, scorer=os.path.join(scorer, 'ckpt.pt'),
-                         samples_out=os.path.join(folder, 'samples_orders.jsonl')) | p['orders']['gen'] | \
-                (dict(order='l2r') if arm in left_to_right else {})
-            jobs.append(script_job(f'gen-ppl {order_run(arm, s)}', 'gen_ppl.py', flags,
-                                   os.path.join(folder, 'gen_orders.json'), needs=[scorer, folder]))
+    corpora = [(p['dataset'], {arm: [order_run(arm, s) for s in seed_list] for arm in ORDER_ARMS})]
+    if 'second' in p['orders']:
+        corpora.append((p['orders']['second']['dataset'], second_runs(p, seed_list)))
+    on = {name: dataset for dataset, runs in corpora for names in runs.values() for name in names}
+    jobs = [gaps_job(p, name, folder, on.get(name)) for name, folder in folders.items() if name.startswith('orders-')]
+    for dataset, runs in corpora:
+        scorer = folders[runs['gpt'][0]]
+        for arm, names in runs.items():
+            for name in names:
+                flags = dict(out_dir=folders[name], scorer=os.path.join(scorer, 'ckpt.pt'),
+                             samples_out=os.path.join(folders[name], 'samples_orders.jsonl')) | p['orders']['gen'] | \
+                    (dict(order='l2r') if arm in left_to_right else {})
+                jobs.append(script_job(f'gen-ppl {name}', 'gen_ppl.py', flags,
+                                       os.path.join(folders[name], 'gen_orders.json'), needs=[scorer, folders[name]]))
     return jobs
 
 
@@ -582,6 +608,14 @@ def unigram_entropy(dataset):
     return float(-(q * np.log(q)).sum())
 
 
+def other_unigrams(p, findings, seed_list):
+    """{run: the unigram entropy of its val text} for the runs on finding orders' second corpus."""
+    if 'orders' not in findings or 'second' not in p['orders']:
+        return {}
+    entropy = unigram_entropy(p['orders']['second']['dataset'])
+    return {name: entropy for names in second_runs(p, seed_list).values() for name in names}
+
+
 # -----------------------------------------------------------------------------
 # what the runs measured, and the verdicts
 
@@ -592,6 +626,7 @@ class Measured:
     out_dir: str
     seed_list: list
     unigram: float
+    unigrams: dict = field(default_factory=dict)  # {run: unigram entropy of its corpus} where not the preset's
 
     def each(self, kind):
         return [f'{kind}-s{s}' for s in self.seed_list]
@@ -615,7 +650,7 @@ class Measured:
         kind = lambda n: ORDER_ARMS[order_arm(n)][1] if n.startswith('orders-') else n.split('-')[0]
         own = lambda n: self.metrics(n)[-1]['val_fixed'] if n.startswith(('fixed', 'block')) else \
             own_loss(kind(n), self.metrics(n)[-1])
-        return [n for n in names if own(n) > self.unigram - STUCK]
+        return [n for n in names if own(n) > self.unigrams.get(n, self.unigram) - STUCK]
 
     def read(self, name, file):
         return read_json(os.path.join(self.folders[name], file))
@@ -1030,10 +1065,20 @@ def finding_infill(m, infill):
 
 
 def finding_orders(m, p):
+    """finding orders on the preset's corpus, then on its second one (the same claims, for the arms run there); the
+    tax at the longer pair."""
+    figures, claims = order_results(m, p, {arm: [order_run(arm, s) for s in m.seed_list] for arm in ORDER_ARMS})
+    if 'second' in p['orders']:
+        more = order_results(m, p, second_runs(p, m.seed_list), p['orders']['second']['dataset'])
+        figures, claims = figures + more[0], claims + more[1]
+    return figures, claims + [longer_claim(m, p)]
+
+
+def order_results(m, p, runs, corpus=''):
     """Each arm's left-to-right and any-order losses, gap NLLs (gaps.json: both sides and the left side only) and
     sample quality (gen_orders.json); the trade-off figure, the gap curves over training, and the claims against
-    the GPT, the FIM GPT and the paper's mix; the tax at the longer pair."""
-    runs = {arm: [order_run(arm, s) for s in m.seed_list] for arm in ORDER_ARMS}
+    the GPT, the FIM GPT and the paper's mix (those of them whose arms ran): (figures, claims). runs: {arm: names};
+    corpus: a second corpus, named in the figures' files and the claims."""
     label = {arm: text for arm, (text, _) in ORDER_ARMS.items()}
     block = m.read(runs['paper'][0], 'gaps.json')['block_size']
     spans = list(p['infill']['spans'])
@@ -1054,7 +1099,7 @@ def finding_orders(m, p):
     sampled_in = lambda name: f"{m.read(name, 'gen_orders.json')['results'][0]['order']} order"
     finals = lambda arm, key: m.finals(runs[arm], key)
     numbers = {}
-    for arm in ORDER_ARMS:
+    for arm in runs:
         numbers |= {f"{label[arm]}: final val loss, {reading}": spread(finals(arm, key))
                     for reading, key in (('left to right', 'val_l2r'), ('any order', 'val_ao'))}
         numbers |= {f'{label[arm]}: gap NLL, span {L}, both sides': spread([gap(n, L) for n in runs[arm]])
@@ -1063,17 +1108,20 @@ def finding_orders(m, p):
             numbers |= {f'{label[arm]}: gap NLL, span {L}, left only': spread([gap(n, L, 'left') for n in runs[arm]])
                         for L in spans}
         numbers |= {f'{label[arm]}: {k} steps, gen PPL, entropy': spread_pair(samples(arm, k)[1]) for k in steps}
-    trade = m.point_figure('ours_orders.png', FINDINGS['orders'], "final val left-to-right loss (nats/char)",
+    named = lambda file: file.replace('.png', f'_{corpus}.png' if corpus else '.png')
+    title = lambda text: f'{text} ({corpus})' if corpus else text
+    trade = m.point_figure(named('ours_orders.png'), title(FINDINGS['orders']),
+                           "final val left-to-right loss (nats/char)",
                            f"NLL per gap token given both sides, mean over spans {', '.join(map(str, inner))}",
-                           [(label[arm], finals(arm, 'val_l2r'), gaps(arm)) for arm in ORDER_ARMS])
-    by_span = m.figure('ours_orders_gaps.png', '(Ours) Gap NLL by span, each arm', 'span (tokens hidden)',
+                           [(label[arm], finals(arm, 'val_l2r'), gaps(arm)) for arm in runs])
+    by_span = m.figure(named('ours_orders_gaps.png'), title('(Ours) Gap NLL by span, each arm'), 'span (tokens hidden)',
                        'NLL per gap token (nats)',
                        [(f'{label[arm]}, ' + ('left only' if arm == 'gpt' else 'both sides'), spans,
-                         [[gap(n, L) for n in runs[arm]] for L in spans]) for arm in ORDER_ARMS], logx=True)
+                         [[gap(n, L) for n in runs[arm]] for L in spans]) for arm in runs], logx=True)
     key = f"val_gap_span{p['orders']['train']['eval_gaps'].split(',')[-1].split(':')[1]}"
-    curves = m.figure('ours_orders_training.png', f'(Ours) In training: {key[8:]} given both sides', 'iteration',
-                      'NLL per gap token (nats)',
-                      [m.curves(label[arm], runs[arm], key) for arm in ORDER_ARMS if arm != 'gpt'] +
+    curves = m.figure(named('ours_orders_training.png'), title(f'(Ours) In training: {key[8:]} given both sides'),
+                      'iteration', 'NLL per gap token (nats)',
+                      [m.curves(label[arm], runs[arm], key) for arm in runs if arm != 'gpt'] +
                       [m.curves(f"{label['gpt']}, left only", runs['gpt'], f'{key}_left')])
     text = dict(tax=TAX, cost=AO_COST, floor=FLOOR, spans=', '.join(map(str, inner)))
     within = lambda bound: lambda interval, _: ('holds' if interval.high < bound else 'does not hold'
@@ -1081,26 +1129,27 @@ def finding_orders(m, p):
     non_inferior = lambda interval, floor: ('holds' if interval.low > -floor else 'does not hold'
                                             if interval.high < -floor else 'not resolvable at this size')
     stuck = lambda *arms: m.stuck([n for arm in arms for n in runs[arm]])
-    decoders = [arm for arm in ORDER_ARMS if arm not in ('gpt', 'encoder')]
-    claims = [claim(CLAIMS['orders tax'].format(arm=label[arm], **text), numbers if arm == decoders[0] else {},
+    decoders = [arm for arm in runs if arm not in ('gpt', 'encoder')]
+    said = lambda key, **kw: CLAIMS[key].format(**kw).replace('(Ours)', f'(Ours, on {corpus})' if corpus else '(Ours)')
+    claims = [claim(said('orders tax', arm=label[arm], **text), numbers if arm == decoders[0] else {},
                     between_runs(m, runs[arm], 'val_l2r', runs['gpt'], 'val_l2r')[0], stuck=stuck(arm, 'gpt'),
                     decide=within(TAX)) for arm in decoders]
-    claims += [claim(CLAIMS['orders gaps'].format(arm=label[arm], reading='revealed left to right' if arm == 'encoder'
+    claims += [claim(said('orders gaps', arm=label[arm], reading='revealed left to right' if arm == 'encoder'
                                                   else 'the rest, then the gap left to right', **text),
                      {f'span {L}': unpaired_interval([gap(n, L, 'left') for n in runs['gpt']],
                                                      [gap(n, L) for n in runs[arm]]) for L in inner},
                      unpaired_interval(gaps('gpt'), gaps(arm)), stuck=stuck(arm, 'gpt'))
-               for arm in decoders + ['encoder']]
-    claims += [claim(CLAIMS['orders fim'].format(arm=label[arm], **text), {},
+               for arm in runs if arm != 'gpt']
+    claims += [claim(said('orders fim', arm=label[arm], **text), {},
                      unpaired_interval(gaps('fim-gpt'), gaps(arm)), stuck=stuck(arm, 'fim-gpt'), decide=non_inferior)
-               for arm in decoders if arm != 'fim-gpt']
-    claims += [claim(CLAIMS['orders ao'].format(arm=label[arm], **text), {},
+               for arm in decoders if arm != 'fim-gpt' and 'fim-gpt' in runs]
+    claims += [claim(said('orders ao', arm=label[arm], **text), {},
                      between_runs(m, runs[arm], 'val_ao', runs['paper'], 'val_ao')[0], stuck=stuck(arm, 'paper'),
                      decide=within(AO_COST)) for arm in decoders if arm != 'paper']
-    claims += [claim(CLAIMS['orders samples'].format(arm=label[arm], steps=k, order=sampled_in(runs[arm][0])), {},
+    claims += [claim(said('orders samples', arm=label[arm], steps=k, order=sampled_in(runs[arm][0])), {},
                      unpaired_interval(samples('paper', k)[0], samples(arm, k)[0]), stuck=stuck(arm, 'paper'))
-               for arm in decoders + ['encoder'] if arm != 'paper' for k in steps]
-    return [trade, by_span, curves], claims + [longer_claim(m, p)]
+               for arm in runs if arm not in ('gpt', 'paper') for k in steps]
+    return [trade, by_span, curves], claims
 
 
 def longer_claim(m, p):
@@ -1234,7 +1283,7 @@ def main():
     evaluations = eval_jobs(findings, p, seed_list, folders)
     training = [train_job(name, p, flags, folders[name]) for name, flags in runs.items() if not isinstance(flags, str)]
     ran += run_jobs(evaluations + training, n_workers, p['threads'])
-    m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']))
+    m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']), other_unigrams(p, findings, seed_list))
     results = analyse(findings, p, m, chosen, runs_dir)
     trained = list(dict.fromkeys([folder(n) for n in planned] + list(folders.values())))
     training = sum(read_metrics(f)[-1]['elapsed'] for f in trained) / 60

@@ -16,7 +16,7 @@ import tiktoken
 from datasets import load_dataset
 
 import data.openwebtext.prepare as openwebtext
-from conftest import ROOT, TINY, metrics, run_script, synthetic_play
+from conftest import ROOT, TINY, metrics, needs, run_script, synthetic_play
 from data.openwebtext.prepare import split_val, tokenize, write_bins
 
 
@@ -79,6 +79,32 @@ def test_python_corpus_is_the_standard_library_and_trains(tmp_path):
     assert metrics(tmp_path, 'out-py')[-1]['iter'] == 4
 
 
+def test_wikitext2_char_is_the_detokenized_validation_articles_and_trains(tmp_path):
+    """data/wikitext2_char: WikiText-2's validation rows, detokenized by the authors' rule and joined, the first 90% of
+    the characters train and the rest val, ids of the sorted characters; a tiny model trains on it."""
+    data_dir = needs('wikitext2')
+    for name in ('shakespeare_char', 'wikitext2_char'):  # the script shares the char script's helpers
+        (tmp_path / 'data' / name).mkdir(parents=True)
+        shutil.copy(os.path.join(ROOT, 'data', name, 'prepare.py'), tmp_path / 'data' / name)
+    env = {k: v for k, v in os.environ.items() if k != 'AOGPT_DATA_DIR'} | \
+        ({'AOGPT_DATA_DIR': data_dir} if data_dir else {}) | {'PYTHONPATH': ROOT}  # the repository's WikiText reader
+    subprocess.run([sys.executable, tmp_path / 'data' / 'wikitext2_char' / 'prepare.py'], check=True,
+                   capture_output=True, env=env)
+    from benchmarks import load_rows, wikitext_detokenize
+    text = ''.join(wikitext_detokenize(row) for row in load_rows('wikitext2', 'validation', data_dir))
+    assert ' @,@ ' not in text and text.startswith(' = Homarus gammarus =\n')
+    folder = tmp_path / 'data' / 'wikitext2_char'
+    with open(folder / 'meta.pkl', 'rb') as f:
+        meta = pickle.load(f)
+    assert ''.join(meta['itos'][i] for i in range(meta['vocab_size'])) == ''.join(sorted(set(text)))
+    ids = {split: np.fromfile(folder / f'{split}.bin', dtype=np.uint16) for split in ('train', 'val')}
+    assert len(ids['train']) == int(len(text) * 0.9)
+    assert ''.join(meta['itos'][int(i)] for i in np.concatenate([ids['train'], ids['val']])) == text
+    run_script('train.py', '--dataset=wikitext2_char', *TINY, '--max_iters=4', '--eval_interval=4',
+               '--out_dir=out-wiki', cwd=tmp_path)
+    assert metrics(tmp_path, 'out-wiki')[-1]['iter'] == 4
+
+
 @pytest.mark.parametrize('mirror,problem', [('nowhere', 'AOGPT_DATA_DIR={} does not exist'),
                                             ('a_file', 'AOGPT_DATA_DIR={} is a file'),
                                             ('empty', 'tinyshakespeare/input.txt not found: AOGPT_DATA_DIR={}')])
@@ -125,7 +151,7 @@ def test_openwebtext_tokenize_and_write(tmp_path):
         assert ids.tolist() == expected
 
 
-@pytest.mark.parametrize('name', ['shakespeare_char', 'shakespeare', 'python', 'openwebtext'])
+@pytest.mark.parametrize('name', ['shakespeare_char', 'shakespeare', 'python', 'openwebtext', 'wikitext2_char'])
 def test_a_prepare_script_refuses_an_argument_it_would_ignore(name, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, 'data', name, 'prepare.py'), '--bogus=1'],
                             capture_output=True, text=True, cwd=tmp_path)

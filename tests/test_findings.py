@@ -295,6 +295,12 @@ def test_a_cut_args_json_is_one_line(tmp_path, workdir):
          f'{args} is not JSON', f'delete the run folder {args.parent} to train it again')
 
 
+def test_finding_orders_without_its_second_corpus_is_one_line(tmp_path, workdir):
+    says(one_line_error('findings.py', '--preset=cpu', '--only=orders', f'--out_dir={tmp_path}', cwd=workdir),
+         'data/wikitext2_char/train.bin not found: run python data/wikitext2_char/prepare.py first')
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     out, _, _ = smoke
@@ -463,7 +469,7 @@ def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
     chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
               (('mixed', 3e-3), ('l2r', 1e-2), ('encoder', 3e-3))}
     runs = findings.order_runs(p, chosen, seeds)
-    assert len(runs) == 7 * 3 + 2 * 2
+    assert len(runs) == 7 * 3 + 2 * 2 + 3 * 3  # the arms, the longer pair, three arms on the second corpus
     base = findings.run_flags(p, 'mixed', chosen['mixed'][0], 2) | dict(eval_gaps='span:4,span:16')
     assert runs['orders-paper-s2'] == base and base['random_ratio'] == 0.9
     assert runs['orders-l2r50-s2'] == base | dict(random_ratio=0.5)
@@ -474,14 +480,24 @@ def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
     assert runs['orders-encoder-s1']['architecture'] == 'encoder'
     assert runs['orders-gpt-x4-s1'] == runs['orders-gpt-s1'] | dict(max_iters=8000, lr_decay_iters=8000,
                                                                      eval_interval=1000)
+    for arm in ('gpt', 'paper', 'fim-mix'):  # the same flags on other text
+        assert runs[f'orders-{arm}-wikitext2_char-s2'] == runs[f'orders-{arm}-s2'] | dict(dataset='wikitext2_char')
     assert list(runs)[0] == 'orders-gpt-s1337'  # the scorer first
     folders = {name: f'runs/{name}' for name in runs}
-    gen = [job for job in findings.order_eval_jobs(p, seeds, folders) if job.name.startswith('gen-ppl')]
-    assert len(gen) == 7 * 3 and all(job.needs == ('runs/orders-gpt-s1337', job.needs[1]) for job in gen)
-    gpt = next(job for job in gen if job.name == 'gen-ppl orders-gpt-s2')
-    assert '--order=l2r' in gpt.argv and '--scorer=runs/orders-gpt-s1337/ckpt.pt' in gpt.argv
+    jobs = findings.order_eval_jobs(p, seeds, folders)
+    gen = [job for job in jobs if job.name.startswith('gen-ppl')]
+    assert len(gen) == 7 * 3 + 3 * 3
+    scorer = lambda job: 'runs/orders-gpt-wikitext2_char-s1337' if 'wikitext2_char' in job.name else \
+        'runs/orders-gpt-s1337'  # each corpus's samples scored by its own GPT
+    assert all(job.needs == (scorer(job), job.needs[1]) and f'--scorer={scorer(job)}/ckpt.pt' in job.argv
+               for job in gen)
+    assert '--order=l2r' in next(job for job in gen if job.name == 'gen-ppl orders-gpt-s2').argv
     l2r = {job.name.split()[1].rsplit('-s', 1)[0] for job in gen if '--order=l2r' in job.argv}
-    assert l2r == {'orders-gpt', 'orders-fim-gpt'}  # the arms trained without random orders
+    assert l2r == {'orders-gpt', 'orders-fim-gpt', 'orders-gpt-wikitext2_char'}  # the arms without random orders
+    gaps = {job.name.split()[1]: job.argv for job in jobs if job.name.startswith('gaps')}
+    assert len(gaps) == len(runs)
+    assert all(f"--dataset={'wikitext2_char' if 'wikitext2_char' in name else 'shakespeare_char'}" in argv
+               for name, argv in gaps.items())
 
 
 def test_a_job_starts_only_after_the_training_it_needs(tmp_path):
@@ -519,7 +535,9 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: the tax, the gaps against the GPT's left side, the FIM GPT, the
     any-order cost, the samples and the longer pair's tax come out as built."""
     import findings
-    p, seeds = findings.PRESETS['smoke'], [1337, 1]
+    smoke = findings.PRESETS['smoke']
+    second = dict(dataset='prose', arms=('gpt', 'paper', 'fim-mix'))
+    p, seeds = smoke | dict(orders=smoke['orders'] | dict(second=second)), [1337, 1]
     runs, folders = tmp_path / 'runs', {}
     # (l2r loss, any-order loss, gap NLL given both sides, from the left only, sample NLL) of each arm, seed 1337;
     # seed 1 adds 0.02 to every number
@@ -536,9 +554,16 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
         for arm, l2r in (('paper', 1.7), ('gpt', 1.5)):
             name = findings.order_run(arm, s, 2)
             folders[name] = write_arm(runs, name, l2r + 0.01 * i, 2.0, 1.5, 1.5, 2.0)
+    # the second corpus: the FIM mix's tax 0.3 (0.35 above), its gaps 0.1 worse than the GPT's left side
+    for arm, numbers in (('gpt', (1.2, 4.0, 3.0, 1.1, 1.3)), ('paper', (1.7, 1.9, 1.5, 1.8, 2.9)),
+                         ('fim-mix', (1.5, 1.92, 1.2, 1.8, 2.8))):
+        for i, s in enumerate(seeds):
+            name = findings.order_run(arm, s, corpus='prose')
+            folders[name] = write_arm(runs, name, *(v + 0.02 * i for v in numbers))
     m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
     figures, claims = findings.finding_orders(m, p)
     assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
+    assert 'ours_orders_prose.png' in figures and len(figures) == 6
     effect = lambda start, arm: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
                                      if c['claim'].startswith(start.format(arm=findings.ORDER_ARMS[arm][0])))
     verdict = lambda start, arm: next(c['verdict'] for c in claims
@@ -552,9 +577,19 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     assert effect('(Ours) {arm} fills gaps at least as well as the FIM GPT', 'paper') == pytest.approx(-0.45)
     assert effect('(Ours) {arm} keeps its any-order loss', 'l2r50') == pytest.approx(0.03)
     assert effect("(Ours) {arm}'s samples at 32 steps", 'fim-gpt') == pytest.approx(0.8)
+    on_prose = lambda start, arm: effect(start.replace('(Ours)', '(Ours, on prose)'), arm)
+    assert sum(c['claim'].startswith('(Ours, on prose)') for c in claims) == 2 + 2 + 1 + 2  # tax and gaps of two
+    # arms, the any-order cost and the samples of the FIM mix
+    assert on_prose(tax, 'fim-mix') == pytest.approx(0.3) and on_prose(gaps, 'fim-mix') == pytest.approx(-0.1)
+    assert on_prose('(Ours) {arm} keeps its any-order loss', 'fim-mix') == pytest.approx(0.02)
     longer = claims[-1]
     assert longer['claim'].startswith('(Ours) The any-order tax shrinks with training')
     assert longer['numbers']['effect [95% interval] (n)'].effect == pytest.approx(0.2)
     stuck = findings.Measured(folders, str(tmp_path), seeds, unigram=2.3)  # the encoder's NELBO is at the unigram
     assert all(c['verdict'] == findings.NOT_JUDGED for c in findings.finding_orders(stuck, p)[1]
                if findings.ORDER_ARMS['encoder'][0] in c['claim'])
+    # each corpus's runs judged against the unigram entropy of its own text: the second's runs at theirs (1.3)
+    other = {name: 1.3 for name in folders if 'prose' in name}
+    claims = findings.finding_orders(findings.Measured(folders, str(tmp_path), seeds, 9.0, other), p)[1]
+    assert [c['claim'].startswith('(Ours, on prose)') for c in claims if c['verdict'] == findings.NOT_JUDGED] == \
+        [True] * 7 and len(claims) > 7

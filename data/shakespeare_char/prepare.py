@@ -49,11 +49,7 @@ def read_splits(folder):
     if not os.path.exists(input_path):
         fetch_input(input_path)
     with open(input_path, 'r', encoding='utf-8') as f:
-        data = f.read()
-    print(f'length of dataset in characters: {len(data):,}')
-    # contiguous split: the val text is a held-out stretch of the play, not random lines
-    n = len(data)
-    return {'train': data[:int(n * 0.9)], 'val': data[int(n * 0.9):]}
+        return split_contiguous(f.read())
 
 
 def refuse_arguments(doc):
@@ -73,22 +69,31 @@ def write_ids(folder, split, ids):
     np.array(ids, dtype=np.uint16).tofile(os.path.join(folder, f'{split}.bin'))
 
 
-def main():
-    refuse_arguments(__doc__)
-    here = os.path.dirname(os.path.abspath(__file__))
-    splits = read_splits(here)
-
-    # the vocabulary is every character that occurs, in sorted order so ids are reproducible
+def write_char_corpus(folder, splits):
+    """train.bin / val.bin of the texts in splits as character ids, and meta.pkl: the vocabulary is every
+    character that occurs, in sorted order so ids are reproducible."""
     chars = sorted(set(''.join(splits.values())))
     vocab_size = len(chars)
     print(f'vocab size: {vocab_size}')
     stoi = {ch: i for i, ch in enumerate(chars)}
     itos = {i: ch for i, ch in enumerate(chars)}
     for split, text in splits.items():
-        write_ids(here, split, [stoi[c] for c in text])
-
-    with open(os.path.join(here, 'meta.pkl'), 'wb') as f:
+        write_ids(folder, split, [stoi[c] for c in text])
+    with open(os.path.join(folder, 'meta.pkl'), 'wb') as f:
         pickle.dump({'vocab_size': vocab_size, 'itos': itos, 'stoi': stoi}, f)
+
+
+def split_contiguous(text):
+    """The first 90% of the text for training, the rest for val: a held-out stretch, not random lines."""
+    print(f'length of dataset in characters: {len(text):,}')
+    n = len(text)
+    return {'train': text[:int(n * 0.9)], 'val': text[int(n * 0.9):]}
+
+
+def main():
+    refuse_arguments(__doc__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    write_char_corpus(here, read_splits(here))
 
 
 if __name__ == '__main__':
