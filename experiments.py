@@ -218,6 +218,9 @@ CLAIMS = {
                   "gap token given both sides is not above the FIM GPT's by more than the floor ({floor} nats) "
                   '(effect: the FIM GPT minus it, averaged over the spans {spans}; holds if the interval lies above '
                   'minus the floor).',
+    'orders gaps paper': "(Ours) {arm} fills gaps better than the paper's mix: its NLL per gap token given both "
+                         "sides is below the paper's mix's (effect: the paper's mix's NLL minus its own, nats per gap "
+                         'token, averaged over the spans {spans}).',
     'orders ao': "(Ours) {arm} keeps its any-order loss within {cost} nats of the paper's mix (effect: its final EMA "
                  "val any-order loss minus the paper's mix's; holds if the interval lies below {cost}, does not hold "
                  'if above it).',

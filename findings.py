@@ -464,9 +464,6 @@ def order_eval_jobs(p, seed_list, folders):
     """finding orders: the gaps of each of its runs, and the samples of each run of its arms (gen_orders.json) at its
     steps, scored by the GPT's first run on the same corpus; an arm trained without random orders (the GPT, the FIM
     GPT) samples left to right, the others in random orders."""
-    arms = order_arms(p['train']['max_iters'])
-    left_to_right = {arm for arm in ORDER_ARMS if arm != 'encoder' and (ORDER_ARMS[arm][1] == 'l2r' or
-                     'order_mix' in arms[arm] and not parse_mix(arms[arm]['order_mix'])['random'])}
     corpora = [(p['dataset'], {arm: [order_run(arm, s) for s in seed_list] for arm in ORDER_ARMS})]
     if 'second' in p['orders']:
         corpora.append((p['orders']['second']['dataset'], second_runs(p, seed_list)))
@@ -478,10 +475,18 @@ def order_eval_jobs(p, seed_list, folders):
             for name in names:
                 flags = dict(out_dir=folders[name], scorer=os.path.join(scorer, 'ckpt.pt'),
                              samples_out=os.path.join(folders[name], 'samples_orders.jsonl')) | p['orders']['gen'] | \
-                    (dict(order='l2r') if arm in left_to_right else {})
+                    (dict(order='l2r') if arm in without_random_orders() else {})
                 jobs.append(script_job(f'gen-ppl {name}', 'gen_ppl.py', flags,
                                        os.path.join(folders[name], 'gen_orders.json'), needs=[scorer, folders[name]]))
     return jobs
+
+
+def without_random_orders():
+    """finding orders' decoder arms trained on no random orders (the GPT, the FIM GPT): they sample left to right,
+    and their left-to-right loss says whether they learned."""
+    arms = order_arms(max_iters=0)  # the curriculum's length does not matter here
+    return {arm for arm in ORDER_ARMS if arm != 'encoder' and (ORDER_ARMS[arm][1] == 'l2r' or
+            'order_mix' in arms[arm] and not parse_mix(arms[arm]['order_mix'])['random'])}
 
 
 def run_jobs(jobs, n_workers, threads):
@@ -644,13 +649,21 @@ class Measured:
         return [self.metrics(n)[-1][key] for n in names]
 
     def stuck(self, names):
-        """The runs among names whose final loss in their own objective sits at the unigram entropy: they
-        did not learn (a fixed-order run's objective is its order's loss; a run's kind is its name's first
-        part: mixed-rotary-s1 is a mixed run)."""
-        kind = lambda n: ORDER_ARMS[order_arm(n)][1] if n.startswith('orders-') else n.split('-')[0]
-        own = lambda n: self.metrics(n)[-1]['val_fixed'] if n.startswith(('fixed', 'block')) else \
-            own_loss(kind(n), self.metrics(n)[-1])
-        return [n for n in names if own(n) > self.unigrams.get(n, self.unigram) - STUCK]
+        """The runs among names whose final loss in their own objective sits at the unigram entropy of their
+        corpus: they did not learn."""
+        return [n for n in names if self.own_loss(n) > self.unigrams.get(n, self.unigram) - STUCK]
+
+    def own_loss(self, name):
+        """A run's final loss in its own objective: a fixed-order run's in its order; an arm of finding orders
+        trained on no random orders, left to right; else its kind's (its name's first part: mixed-rotary-s1 is
+        a mixed run)."""
+        final = self.metrics(name)[-1]
+        if name.startswith(('fixed', 'block')):
+            return final['val_fixed']
+        if name.startswith('orders-'):
+            arm = order_arm(name)
+            return final['val_l2r'] if arm in without_random_orders() else own_loss(ORDER_ARMS[arm][1], final)
+        return own_loss(name.split('-')[0], final)
 
     def read(self, name, file):
         return read_json(os.path.join(self.folders[name], file))
@@ -1143,6 +1156,9 @@ def order_results(m, p, runs, corpus=''):
     claims += [claim(said('orders fim', arm=label[arm], **text), {},
                      unpaired_interval(gaps('fim-gpt'), gaps(arm)), stuck=stuck(arm, 'fim-gpt'), decide=non_inferior)
                for arm in decoders if arm != 'fim-gpt' and 'fim-gpt' in runs]
+    claims += [claim(said('orders gaps paper', arm=label[arm], **text), {},
+                     unpaired_interval(gaps('paper'), gaps(arm)), stuck=stuck(arm, 'paper'))
+               for arm in runs if arm not in ('gpt', 'paper')]
     claims += [claim(said('orders ao', arm=label[arm], **text), {},
                      between_runs(m, runs[arm], 'val_ao', runs['paper'], 'val_ao')[0], stuck=stuck(arm, 'paper'),
                      decide=within(AO_COST)) for arm in decoders if arm != 'paper']
