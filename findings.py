@@ -295,10 +295,15 @@ def order_run(arm, seed, times=1, corpus=''):
     return f"orders-{arm}{f'-x{times}' if times != 1 else ''}{f'-{corpus}' if corpus else ''}-s{seed}"
 
 
-def second_runs(p, seed_list):
-    """{arm: its run names} on finding orders' second corpus (none if the preset has no second corpus)."""
-    second = p['orders'].get('second', dict(arms=()))
-    return {arm: [order_run(arm, s, corpus=second['dataset']) for s in seed_list] for arm in second['arms']}
+def order_corpora(p, seed_list):
+    """finding orders' [(dataset, {arm: its run names})]: every arm on the preset's corpus, then the arms of its
+    second corpus where the preset has one."""
+    corpora = [(p['dataset'], {arm: [order_run(arm, s) for s in seed_list] for arm in ORDER_ARMS})]
+    if 'second' in p['orders']:
+        corpus = p['orders']['second']['dataset']
+        corpora.append((corpus, {arm: [order_run(arm, s, corpus=corpus) for s in seed_list]
+                                 for arm in p['orders']['second']['arms']}))
+    return corpora
 
 
 def order_arm(name):
@@ -464,9 +469,7 @@ def order_eval_jobs(p, seed_list, folders):
     """finding orders: the gaps of each of its runs, and the samples of each run of its arms (gen_orders.json) at its
     steps, scored by the GPT's first run on the same corpus; an arm trained without random orders (the GPT, the FIM
     GPT) samples left to right, the others in random orders."""
-    corpora = [(p['dataset'], {arm: [order_run(arm, s) for s in seed_list] for arm in ORDER_ARMS})]
-    if 'second' in p['orders']:
-        corpora.append((p['orders']['second']['dataset'], second_runs(p, seed_list)))
+    corpora = order_corpora(p, seed_list)
     on = {name: dataset for dataset, runs in corpora for names in runs.values() for name in names}
     jobs = [gaps_job(p, name, folder, on.get(name)) for name, folder in folders.items() if name.startswith('orders-')]
     for dataset, runs in corpora:
@@ -615,10 +618,10 @@ def unigram_entropy(dataset):
 
 def other_unigrams(p, findings, seed_list):
     """{run: the unigram entropy of its val text} for the runs on finding orders' second corpus."""
-    if 'orders' not in findings or 'second' not in p['orders']:
+    if 'orders' not in findings:
         return {}
-    entropy = unigram_entropy(p['orders']['second']['dataset'])
-    return {name: entropy for names in second_runs(p, seed_list).values() for name in names}
+    return {name: entropy for dataset, runs in order_corpora(p, seed_list)[1:]
+            for entropy in [unigram_entropy(dataset)] for names in runs.values() for name in names}
 
 
 # -----------------------------------------------------------------------------
@@ -1080,9 +1083,9 @@ def finding_infill(m, infill):
 def finding_orders(m, p):
     """finding orders on the preset's corpus, then on its second one (the same claims, for the arms run there); the
     tax at the longer pair."""
-    figures, claims = order_results(m, p, {arm: [order_run(arm, s) for s in m.seed_list] for arm in ORDER_ARMS})
-    if 'second' in p['orders']:
-        more = order_results(m, p, second_runs(p, m.seed_list), p['orders']['second']['dataset'])
+    figures, claims = [], []
+    for i, (dataset, runs) in enumerate(order_corpora(p, m.seed_list)):
+        more = order_results(m, p, runs, corpus=dataset if i else '')
         figures, claims = figures + more[0], claims + more[1]
     return figures, claims + [longer_claim(m, p)]
 
