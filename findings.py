@@ -1128,7 +1128,7 @@ def order_results(m, p, runs, corpus=''):
     title = lambda text: f'{text} ({corpus})' if corpus else text
     trade = m.point_figure(named('ours_orders.png'), title(FINDINGS['orders']),
                            "final val left-to-right loss (nats/char)",
-                           f"NLL per gap token given both sides, mean over spans {', '.join(map(str, inner))}",
+                           f"gap NLL given both sides (nats/char; mean over spans {', '.join(map(str, inner))})",
                            [(label[arm], finals(arm, 'val_l2r'), gaps(arm)) for arm in runs])
     by_span = m.figure(named('ours_orders_gaps.png'), title('(Ours) Gap NLL by span, each arm'), 'span (tokens hidden)',
                        'NLL per gap token (nats)',

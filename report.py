@@ -77,7 +77,7 @@ def line_figure(path, title, xlabel, ylabel, series, hlines=(), logx=False, logy
 def point_figure(path, title, xlabel, ylabel, points):
     """Write a PNG of one point per entry at the mean over seeds, with the 95% interval of each mean (Student's t
     over the seeds) as error bars; points: [(label, xs over seeds, ys over seeds)]."""
-    fig = load_matplotlib()(figsize=(8, 4.2))
+    fig = load_matplotlib()(figsize=(8, 6))
     ax = fig.add_subplot()
     for label, xs, ys in points:
         x, y = mean_interval(xs, 'seeds'), mean_interval(ys, 'seeds')
@@ -86,7 +86,7 @@ def point_figure(path, title, xlabel, ylabel, points):
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.set_title(title, fontsize='medium')
     ax.grid(alpha=0.3)
-    ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.02, 1))
+    ax.legend(fontsize='small', loc='upper center', bbox_to_anchor=(0.5, -0.12), ncol=2)  # below: the axes keep the width
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return fig
