@@ -395,7 +395,7 @@ def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
     says(one_line_error('findings.py', '--preset=tiny', cwd=workdir), '--preset', 'cpu, gpu, smoke')
     says(one_line_error('findings.py', '--seeds=9', cwd=workdir), '--seeds', '9')
     says(one_line_error('findings.py', '--seeds=1', cwd=workdir), '--seeds', '[2, 5]')
-    says(one_line_error('findings.py', '--preset=cpu', f'--out_dir={out}', cwd=workdir), 'other settings',
+    says(one_line_error('findings.py', '--preset=cpu', '--only=1', f'--out_dir={out}', cwd=workdir), 'other settings',
          'args.json')
     a_file = tmp_path / 'a_file'
     a_file.write_text('')
