@@ -50,6 +50,7 @@ def test_shakespeare_in_gpt2_bpe(shakespeare, tmp_path):  # shakespeare: skips u
 
 
 @pytest.mark.needs('gpt2_bpe')
+@pytest.mark.slow  # a whole corpus prepared and trained on
 def test_python_corpus_is_the_standard_library_and_trains(tmp_path):
     """data/python: every .py file of the stdlib outside site-packages, sorted, one end-of-text after each, split by
     the CRC-32 of its path; source.json says which Python; a tiny model trains on it."""
@@ -79,6 +80,7 @@ def test_python_corpus_is_the_standard_library_and_trains(tmp_path):
     assert metrics(tmp_path, 'out-py')[-1]['iter'] == 4
 
 
+@pytest.mark.slow  # a whole corpus prepared and trained on
 def test_wikitext2_char_is_the_detokenized_validation_articles_and_trains(tmp_path):
     """data/wikitext2_char: WikiText-2's validation rows, detokenized by the authors' rule and joined, the first 90% of
     the characters train and the rest val, ids of the sorted characters; a tiny model trains on it."""
