@@ -162,8 +162,7 @@ def check_inputs():
 
 def datasets(p, findings):
     """The data/ folders the findings train on: the preset's, and finding orders' second corpus."""
-    second = p.get('orders', {}).get('second') if 'orders' in findings else None
-    return [p['dataset']] + ([second['dataset']] if second else [])
+    return [p['dataset']] + ([dataset for dataset, _ in order_corpora(p, [])[1:]] if 'orders' in findings else [])
 
 
 def report_ready():
