@@ -678,11 +678,12 @@ def speculative_forward(model, cache, x, seq, read, m, live, width, k, tests):
 
 
 def decoding_orders(unknown, rows, order, generator):
-    """(rows, n): the unknown positions (n,) in each row's decoding order: random, else left to right."""
+    """(rows, n): the unknown positions (n,) in each row's decoding order: random, else left to right. Contiguous
+    either way, so that a compiled step's graph (which guards the strides) serves both orders."""
     orders = unknown.expand(rows, -1)
     if order == 'random':
-        orders = orders.gather(1, torch.rand(orders.shape, generator=generator, device=unknown.device).argsort(1))
-    return orders
+        return orders.gather(1, torch.rand(orders.shape, generator=generator, device=unknown.device).argsort(1))
+    return orders.contiguous()
 
 
 def verify_drafts(x, seq, logits, q_logits, q_drawn, read, decided, drafted, drawn_after, sampling, generator,

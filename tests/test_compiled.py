@@ -1,11 +1,14 @@
 """The static decoding step (engine.KVCache, Forward) and its compiled form (engine.compile_decoding): each step's
 logits equal full uncached forwards, compiled samples equal eager ones, and the decoding loop never waits for
 the device. Compiling on the CPU takes seconds a graph, so the compiled cases are few and marked slow."""
+import itertools
+
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import engine
 from conftest import TINY_BLOCK as T, tiny_mdm, tiny_model
 from engine import (Engine, Sampling, Speculation, compile_decoding, generate, generate_many, inverse_cdf,
                     store_linear_weights)
@@ -100,46 +103,50 @@ def fresh_dynamo():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('order,confidence', [('random', None), ('l2r', None), ('confidence', 'maxprob')])
 @pytest.mark.parametrize('steps', [None, 5])
 @pytest.mark.parametrize('kind', KINDS, ids=['adaln-learned', 'adaln-rotary', 'add-learned'])
-def test_compiled_steps_equal_uncached_forwards(fresh_dynamo, kind, order, confidence, steps):
+def test_compiled_steps_equal_uncached_forwards(fresh_dynamo, monkeypatch, kind, steps):
+    """Each order in turn on one compiled model (its graphs shared by the orders, as in a process that samples
+    several ways), none of its steps run eager past the recompile limit."""
+    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
     eager, compiled = tiny_model(**kind), tiny_model(**kind)
     compile_decoding(compiled)
     known = torch.tensor(KNOWN['infill'])
     n = int((~known).sum())
     x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
-    outs, records = [], []
-    for model in (compiled, eager):
-        record = []
-        out, _ = generate(model, x.clone(), known, steps or n, schedule='cosine', order=order,
-                          confidence=confidence or 'maxprob', generator=torch.Generator().manual_seed(1),
-                          on_step=lambda t, l: record.append((t.clone(), l.clone())))
-        outs.append(out)
-        records.append(record)
-    assert torch.equal(outs[0], outs[1])  # the same samples for the seed
-    prefix = known.nonzero().squeeze(1).expand(3, -1)
-    with torch.no_grad():
-        for (targets, logits), (_, eager_logits) in zip(*records, strict=True):
-            torch.testing.assert_close(logits, uncached_logits(eager, outs[0], prefix, targets), atol=1e-5, rtol=0)
-            torch.testing.assert_close(logits, eager_logits, atol=1e-5, rtol=0)
-            prefix = torch.cat([prefix, targets], 1)
+    for order in ('random', 'l2r', 'confidence'):
+        outs, records = [], []
+        for model in (compiled, eager):
+            record = []
+            out, _ = generate(model, x.clone(), known, steps or n, schedule='cosine', order=order,
+                              generator=torch.Generator().manual_seed(1),
+                              on_step=lambda t, l: record.append((t.clone(), l.clone())))
+            outs.append(out)
+            records.append(record)
+        assert torch.equal(outs[0], outs[1]), order  # the same samples for the seed
+        prefix = known.nonzero().squeeze(1).expand(3, -1)
+        with torch.no_grad():
+            for (targets, logits), (_, eager_logits) in zip(*records, strict=True):
+                torch.testing.assert_close(logits, uncached_logits(eager, outs[0], prefix, targets), atol=1e-5, rtol=0)
+                torch.testing.assert_close(logits, eager_logits, atol=1e-5, rtol=0)
+                prefix = torch.cat([prefix, targets], 1)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('order', ['random', 'l2r'])
 @pytest.mark.parametrize('kind', KINDS[1:], ids=['adaln-rotary', 'add-learned'])
-def test_compiled_speculative_decoding_draws_the_eager_samples(fresh_dynamo, kind, order):
-    # ragged rows: each keeps its own number of drafts per forward, in its own cache length
+def test_compiled_speculative_decoding_draws_the_eager_samples(fresh_dynamo, monkeypatch, kind):
+    # ragged rows: each keeps its own number of drafts per forward, in its own cache length; both orders on one
+    # compiled model
+    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
     eager, compiled = tiny_model(**kind), tiny_model(**kind)
     compile_decoding(compiled)
     known = torch.tensor(KNOWN['prefix'])
     n = int((~known).sum())
     x = torch.randint(0, 11, (4, T), generator=torch.Generator().manual_seed(0))
-    for sampling in (Sampling(), Sampling(temperature=0.0)):
+    for order, sampling in itertools.product(('random', 'l2r'), (Sampling(), Sampling(temperature=0.0))):
         drawn = [generate(model, x.clone(), known, n, sampling, order=order, speculate=3,
                           generator=torch.Generator().manual_seed(2))[0] for model in (compiled, eager)]
-        assert torch.equal(*drawn)
+        assert torch.equal(*drawn), (order, sampling)
         if sampling.temperature == 0 and order == 'l2r':  # greedy: each token the argmax given those before it
             with torch.no_grad():
                 logits, _ = eager(drawn[0], torch.arange(T).expand(4, T))

@@ -180,7 +180,7 @@ SLOW = pytest.mark.slow  # 24,000 samples each: the fast tier keeps the first ca
     pytest.param('random', Sampling(top_p=0.8), 'learned', marks=SLOW),
     pytest.param('random', Sampling(), 'rotary', marks=SLOW), pytest.param('l2r', Sampling(), 'rotary', marks=SLOW)])
 def test_samples_follow_the_exact_joint_of_one_token_per_step(order, sampling, positions):
-    model = tiny_model(position_encoding=positions).double()
+    model = tiny_model(position_encoding=positions)
     known = torch.zeros(T, dtype=torch.bool)
     known[:T - 3] = True  # 3 unknown positions of 3 tokens: 27 completions, enumerated
     known[5] = False
@@ -192,7 +192,7 @@ def test_samples_follow_the_exact_joint_of_one_token_per_step(order, sampling, p
 
 def test_the_test_tells_independent_draws_from_the_joint():
     """The same test rejects one step for all (independent draws from one context), which speculation must not be."""
-    model = tiny_model().double()
+    model = tiny_model()
     known = torch.ones(T, dtype=torch.bool)
     known[[3, 4, 9]] = False
     chi2, dof = chi_square(model, known, 'random', Sampling(), steps=1)

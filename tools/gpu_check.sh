@@ -108,7 +108,7 @@ step train 'training, learned positions' 100 torchrun --standalone --nproc_per_n
 # a character-level AO-GPT (the quick start's config) for the small-vocabulary rows
 step char 'training, the quick start (char)' 45 python3 train.py config/train_shakespeare_char.py \
     --out_dir=$WORK/char --overwrite=True --max_iters=$CHAR_ITERS --lr_decay_iters=$CHAR_ITERS --eval_interval=$CHAR_ITERS \
-    --warmup_iters=$((CHAR_ITERS / 5)) --eval_iters=2 --log_interval=100 "${SCALE[@]}"
+    --warmup_iters=$((CHAR_ITERS / 5)) --eval_iters=2 --log_interval=100 "${SCALE[@]}" "${TINY[@]}"
 # the small recipe on the Python standard library's source (data/python), learned positions against rotary (queries
 # at the target): the val losses any-order and left to right against the iteration (docs/training.md)
 for pe in ${PYTHON_PE:-learned rotary}; do
