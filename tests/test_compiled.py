@@ -274,7 +274,6 @@ def test_step_shapes_past_the_recompile_limit_run_eager_with_one_note(fresh_dyna
     """Many step shapes (a cosine schedule, the encoder's shrinking confidence width, a batch remainder, two models)
     against a recompile limit of 2: no error, eager's tokens, one note. The graphs are dynamo's alone (backend
     'eager'), so the test costs seconds; the limit is dynamo's, whatever backend compiles the graphs."""
-    import engine
     eager_graphs(monkeypatch)
     monkeypatch.setattr(engine, '_fell_back', [])
     known = torch.tensor(KNOWN['infill'])
@@ -291,6 +290,22 @@ def test_step_shapes_past_the_recompile_limit_run_eager_with_one_note(fresh_dyna
                 assert torch.equal(*drawn), (order, rows)
     out = capsys.readouterr().out
     assert out.count("recompile limit (2 graphs a function") == 1
+
+
+def test_random_and_left_to_right_orders_share_their_graphs(fresh_dynamo, monkeypatch):
+    """One token per step is one step shape, so one graph for both orders (a graph guards strides: an expanded
+    left-to-right order would need its own): under a recompile limit of 1 no step runs eager."""
+    eager_graphs(monkeypatch)
+    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
+    known = torch.tensor(KNOWN['infill'])
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    eager, compiled = tiny_model(), tiny_model()
+    compile_decoding(compiled)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for order in ('random', 'l2r', 'random'):
+            drawn = [generate(model, x.clone(), known, int((~known).sum()), order=order,
+                              generator=torch.Generator().manual_seed(1))[0] for model in (compiled, eager)]
+            assert torch.equal(*drawn), order
 
 
 def test_a_long_compiled_decoding_attends_to_a_few_widths_of_the_cache(fresh_dynamo, monkeypatch):
