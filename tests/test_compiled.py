@@ -102,13 +102,19 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def no_eager_steps(monkeypatch):
+    """Fails the test where a compiled step would run eager past the recompile limit (its samples would then be
+    eager's, and a comparison with eager would hold whatever the graphs do)."""
+    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('steps', [None, 5])
 @pytest.mark.parametrize('kind', KINDS, ids=['adaln-learned', 'adaln-rotary', 'add-learned'])
-def test_compiled_steps_equal_uncached_forwards(fresh_dynamo, monkeypatch, kind, steps):
+def test_compiled_steps_equal_uncached_forwards(fresh_dynamo, no_eager_steps, kind, steps):
     """Each order in turn on one compiled model (its graphs shared by the orders, as in a process that samples
     several ways), none of its steps run eager past the recompile limit."""
-    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
     eager, compiled = tiny_model(**kind), tiny_model(**kind)
     compile_decoding(compiled)
     known = torch.tensor(KNOWN['infill'])
@@ -134,10 +140,9 @@ def test_compiled_steps_equal_uncached_forwards(fresh_dynamo, monkeypatch, kind,
 
 @pytest.mark.slow
 @pytest.mark.parametrize('kind', KINDS[1:], ids=['adaln-rotary', 'add-learned'])
-def test_compiled_speculative_decoding_draws_the_eager_samples(fresh_dynamo, monkeypatch, kind):
+def test_compiled_speculative_decoding_draws_the_eager_samples(fresh_dynamo, no_eager_steps, kind):
     # ragged rows: each keeps its own number of drafts per forward, in its own cache length; both orders on one
     # compiled model
-    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
     eager, compiled = tiny_model(**kind), tiny_model(**kind)
     compile_decoding(compiled)
     known = torch.tensor(KNOWN['prefix'])
@@ -292,11 +297,10 @@ def test_step_shapes_past_the_recompile_limit_run_eager_with_one_note(fresh_dyna
     assert out.count("recompile limit (2 graphs a function") == 1
 
 
-def test_random_and_left_to_right_orders_share_their_graphs(fresh_dynamo, monkeypatch):
+def test_random_and_left_to_right_orders_share_their_graphs(fresh_dynamo, no_eager_steps, monkeypatch):
     """One token per step is one step shape, so one graph for both orders (a graph guards strides: an expanded
     left-to-right order would need its own): under a recompile limit of 1 no step runs eager."""
     eager_graphs(monkeypatch)
-    monkeypatch.setattr(engine, 'note_eager_fallback', lambda: pytest.fail('a compiled step ran eager'))
     known = torch.tensor(KNOWN['infill'])
     x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
     eager, compiled = tiny_model(), tiny_model()
