@@ -42,7 +42,8 @@ from configurator import configure, setting_keys
 from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from scoring import (check_gap_sizes, chunk_gap, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
                      left_gap_logprobs, parse_gaps)
-from training import ORDER_MODES, make_ema, make_fixed_order, mix_at, paper_mix, parse_mix, training_inputs
+from training import (ORDER_MODES, make_ema, make_fixed_order, mix_stages, paper_mix, parse_mix, parse_stages,
+                      shares_at, training_inputs)
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -74,6 +75,8 @@ order_block = 16  # 'block_random': size of the blocks shuffled within
 order_file = ''  # 'fixed_random': read the order from a .pt/.npy/.txt permutation of 0..block_size-1 instead
 order_mix = ''  # 'mixed': each family's share of the rows, e.g. 'l2r:0.1,fim:0.4,random:0.5' ('': random_ratio's)
 order_curriculum = 0  # 'mixed': iterations from all left to right to the mix, linearly (0: the mix from the start)
+order_stages = ''  # 'mixed': the shares in stages MIX@ITER/MIX@ITER/..., linear between them, e.g.
+# 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@300/l2r:0.1,fim:0.4,random:0.5@600' (replaces order_mix and order_curriculum)
 fim_max_span = 0  # 'fim' orders: a span of 1..fim_max_span tokens (0: block_size) read after the rest
 # model
 n_layer = 12
@@ -149,34 +152,50 @@ if init_from.lower() in INIT_MODES and init_from not in INIT_MODES and not os.pa
          f'--init_from={init_from.lower()}')
 
 
-def read_mix():
-    """The shares of a 'mixed' run's order families: --order_mix, or the paper's two from random_ratio."""
+ORDER_FLAGS = ('order_mix', 'order_curriculum', 'order_stages', 'fim_max_span')  # the orders of a mixed run
+
+
+def read_stages():
+    """The stages of a 'mixed' run's order families (training.parse_stages): --order_stages, or --order_mix (or the
+    paper's two from random_ratio) reached over --order_curriculum."""
     if order != 'mixed':
-        given = [k for k in ('order_mix', 'order_curriculum', 'fim_max_span') if k in overridden]
+        given = [k for k in ORDER_FLAGS if k in overridden]
         if given:
             fail(f'--{given[0]} sets the orders of a mixed run: add --order=mixed (got --order={order})')
         return None
+    if order_stages:
+        given = [k for k in ('order_mix', 'random_ratio', 'order_curriculum') if k in overridden]
+        if given:
+            fail(f'--order_stages gives the shares of every stage: drop --{given[0]}')
+        try:
+            stages = parse_stages(order_stages)
+        except ValueError as e:
+            fail(e)
+        if stages[-1][0] > max_iters:
+            fail(f'--order_stages reaches its last stage at iteration {stages[-1][0]}, after training ends '
+                 f'(--max_iters={max_iters}): end the stages by max_iters')
+        return stages
     if not order_mix:
-        return paper_mix(random_ratio)
+        return mix_stages(paper_mix(random_ratio), order_curriculum)
     if 'random_ratio' in overridden:
         fail(f'--order_mix={order_mix} and --random_ratio={random_ratio} both give the shares: drop --random_ratio '
              f'(its mix is random:{random_ratio:g},l2r:{1 - random_ratio:g})')
     try:
-        return parse_mix(order_mix)
+        return mix_stages(parse_mix(order_mix), order_curriculum)
     except ValueError as e:
         fail(e)
 
 
-mix = read_mix()
+stages = read_stages()
 if order_curriculum > max_iters:
     fail(f'--order_curriculum={order_curriculum} is longer than training (--max_iters={max_iters}): the mix would '
          'never be reached; use at most max_iters')
 if fim_max_span > block_size:
     fail(f'--fim_max_span={fim_max_span} is longer than the block (--block_size={block_size}): use at most '
          f'{block_size}, or 0 for any length')
-if 'fim_max_span' in overridden and mix is not None and not mix['fim']:
-    fail('--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to --order_mix, e.g. '
-         '--order_mix=l2r:0.5,fim:0.5')
+if 'fim_max_span' in overridden and stages is not None and not any(mix['fim'] for _, mix in stages):
+    fail(f"--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to "
+         f"--{'order_stages' if order_stages else 'order_mix'}, e.g. --order_mix=l2r:0.5,fim:0.5")
 try:
     gap_settings = parse_gaps(eval_gaps, '--eval_gaps')
     check_gap_sizes(gap_settings, block_size, '--eval_gaps')
@@ -403,7 +422,7 @@ else:
 config |= {k: v for k, v in model_args.items() if k in config and k != 'block_size'}
 if model.config.is_encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
     fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
-ordered = [k for k in ('order_mix', 'order_curriculum', 'fim_max_span') if k in overridden]
+ordered = [k for k in ORDER_FLAGS if k in overridden]
 if model.config.is_encoder and ordered:  # its honest equivalent, masks of spans, is not built
     fail(f'the encoder trains on random masks (its NELBO), not on a mix of orders: drop --{ordered[0]}')
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
@@ -676,7 +695,7 @@ while True:
         break
 
     seed_iteration(iter_num)
-    shares = None if mix is None else mix_at(mix, iter_num, order_curriculum)
+    shares = None if stages is None else shares_at(stages, iter_num)
     for micro_step in range(gradient_accumulation_steps):
         if ddp:  # all-reduce the gradients only once, on the last micro-step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1

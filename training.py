@@ -3,6 +3,7 @@ What training needs besides the model: the orders a decoder reads its sequences 
 encoder sees them through, and the EMA of the weights.
 """
 import itertools
+import re
 
 import torch
 
@@ -16,55 +17,108 @@ def paper_mix(random_ratio):
     return {'random': random_ratio, 'l2r': 1 - random_ratio, 'fim': 0.0}
 
 
-def parse_mix(text):
-    """--order_mix as {family: share}, e.g. 'l2r:0.1,fim:0.4,random:0.5'; ValueError naming the problem."""
-    example = "e.g. --order_mix=l2r:0.1,fim:0.4,random:0.5"
+NUMBER = re.compile(r'[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)')  # plain ASCII decimals: float() also reads other scripts' digits
+MIX_EXAMPLE = 'l2r:0.1,fim:0.4,random:0.5'
+
+
+def parse_mix(text, flag='--order_mix'):
+    """A mix as {family: share}, e.g. 'l2r:0.1,fim:0.4,random:0.5'; ValueError naming the problem and flag."""
+    example = f'e.g. {flag}={MIX_EXAMPLE}' if flag == '--order_mix' else f'a mix is e.g. {MIX_EXAMPLE}'
     mix = {}
     for item in text.split(','):
         family, _, share = item.strip().partition(':')
         if family not in ORDER_FAMILIES:
-            raise ValueError(f"--order_mix: {family!r} is not an order family (one of {', '.join(ORDER_FAMILIES)}); "
+            raise ValueError(f"{flag}: {family!r} is not an order family (one of {', '.join(ORDER_FAMILIES)}); "
                              f'{example}')
         if family in mix:
-            raise ValueError(f'--order_mix names {family} twice; {example}')
-        try:
-            mix[family] = float(share)
-        except ValueError:
-            raise ValueError(f'--order_mix: the share of {family} must be a number, got {share!r}; {example}') from None
+            raise ValueError(f'{flag} names {family} twice; {example}')
+        if not NUMBER.fullmatch(share.strip()):
+            raise ValueError(f'{flag}: the share of {family} must be a number, got {share!r}; {example}')
+        mix[family] = float(share)
         if not 0 <= mix[family] <= 1:
-            raise ValueError(f'--order_mix: the share of {family} must be in [0, 1], got {share}; {example}')
+            raise ValueError(f'{flag}: the share of {family} must be in [0, 1], got {share}; {example}')
     if abs(sum(mix.values()) - 1) > 1e-6:
-        raise ValueError(f'--order_mix: the shares must sum to 1, got {sum(mix.values()):g} ({text}); {example}')
+        raise ValueError(f'{flag}: the shares must sum to 1, got {sum(mix.values()):g} ({text}); {example}')
     return {family: mix.get(family, 0.0) for family in ORDER_FAMILIES}
 
 
-def run_mix(config):
-    """The shares of order families a run's settings (train.py's config) trained a decoder on; None for one of
-    the other order modes, or the encoder. A checkpoint that records no settings is the authors': the paper's mix."""
+STAGES_EXAMPLE = 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@300/l2r:0.1,fim:0.4,random:0.5@600'
+
+
+def parse_stages(text):
+    """--order_stages as [(iteration, mix)]: knots MIX@ITER separated by '/', the first at iteration 0, the
+    iterations never decreasing; ValueError naming the problem."""
+    example = f'e.g. --order_stages={STAGES_EXAMPLE}'
+    stages = []
+    for knot in text.split('/'):
+        mix, at, iteration = knot.strip().rpartition('@')
+        if not at or not iteration.strip().isascii() or not iteration.strip().isdigit():
+            raise ValueError(f'--order_stages: {knot.strip()!r} is not MIX@ITERATION (an iteration is a whole '
+                             f'number); {example}')
+        stages.append((int(iteration), parse_mix(mix, '--order_stages')))
+    iterations = [i for i, _ in stages]
+    if iterations[0] != 0:
+        raise ValueError(f'--order_stages: the first stage must be at iteration 0, got {iterations[0]}; {example}')
+    back = next((b for a, b in zip(iterations, iterations[1:]) if b < a), None)
+    if back is not None:
+        raise ValueError(f'--order_stages: the iterations must not go back, got {back} after a later one; {example}')
+    return stages
+
+
+def mix_stages(mix, curriculum_iters=0):
+    """The stages of a fixed mix, reached linearly from all left to right over curriculum_iters (--order_curriculum)."""
+    if not curriculum_iters:
+        return [(0, mix)]
+    return [(0, {family: float(family == 'l2r') for family in ORDER_FAMILIES}), (curriculum_iters, mix)]
+
+
+def shares_at(stages, iteration):
+    """The shares of the order families at an iteration: linear between the stages around it, the last stage's
+    after it; of two stages at one iteration, the later holds from there (a step)."""
+    before = [(i, mix) for i, mix in stages if i <= iteration][-1]
+    after = next(((i, mix) for i, mix in stages if i > iteration), None)
+    if after is None:
+        return before[1]
+    w = (iteration - before[0]) / (after[0] - before[0])
+    return {family: (1 - w) * before[1][family] + w * after[1][family] for family in ORDER_FAMILIES}
+
+
+def run_stages(config):
+    """The stages of order families (see parse_stages) a run's settings (train.py's config) trained a decoder on;
+    None for one of the other order modes, or the encoder. A checkpoint that records no settings is the authors':
+    the paper's mix."""
     if config.get('order', 'mixed') != 'mixed' or config.get('architecture') == 'encoder':
         return None
-    return parse_mix(config['order_mix']) if config.get('order_mix') else paper_mix(config.get('random_ratio', 0.9))
+    if config.get('order_stages'):
+        return parse_stages(config['order_stages'])
+    mix = parse_mix(config['order_mix']) if config.get('order_mix') else paper_mix(config.get('random_ratio', 0.9))
+    return mix_stages(mix, config.get('order_curriculum', 0))
+
+
+def run_mix(config):
+    """The shares of order families a run ended its training on (its last stage); None as run_stages."""
+    stages = run_stages(config)
+    return None if stages is None else stages[-1][1]
+
+
+def describe_mix(mix):
+    return ', '.join(f'{share:.0%} {family}' for family, share in mix.items() if share)
 
 
 def describe_orders(config):
     """A run's training orders in words, e.g. '10% l2r, 40% fim, 50% random' (model cards, sample.py)."""
     if config.get('architecture') == 'encoder':
         return 'random masks (the NELBO)'
-    mix = run_mix(config)
-    if mix is None:
+    stages = run_stages(config)
+    if stages is None:
         return config.get('order', 'mixed')
-    text = ', '.join(f'{share:.0%} {family}' for family, share in mix.items() if share)
-    curriculum = config.get('order_curriculum', 0)
     span = config.get('fim_max_span', 0)
-    return text + (f', spans of up to {span} tokens' if mix['fim'] and span else '') + \
+    spans = f', spans of up to {span} tokens' if any(mix['fim'] for _, mix in stages) and span else ''
+    if config.get('order_stages'):
+        return 'in stages: ' + '; then '.join(f'{describe_mix(mix)} at iteration {i:,}' for i, mix in stages) + spans
+    curriculum = config.get('order_curriculum', 0)
+    return describe_mix(stages[-1][1]) + spans + \
         (f', reached linearly from all l2r over {curriculum:,} iterations' if curriculum else '')
-
-
-def mix_at(mix, iteration, curriculum_iters):
-    """The shares at an iteration of a curriculum: all left to right at iteration 0, moving linearly to the final
-    mix by curriculum_iters (0: the mix from the start)."""
-    w = min(1.0, iteration / curriculum_iters) if curriculum_iters else 1.0
-    return {family: w * share + (1 - w) * (family == 'l2r') for family, share in mix.items()}
 
 
 def make_fixed_order(mode, block_size, order_block, generator=None):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from conftest import metrics, run_here, run_script, tiny_model, train
-from training import fim_orders, mix_at, paper_mix, parse_mix, sample_orders, training_inputs
+from training import (describe_orders, fim_orders, mix_stages, paper_mix, parse_mix, parse_stages, run_mix,
+                      sample_orders, shares_at, training_inputs)
 
 
 def todays_mixed_orders(batch_size, seq_len, generator, random_ratio):
@@ -21,7 +22,7 @@ def todays_mixed_orders(batch_size, seq_len, generator, random_ratio):
 
 @pytest.mark.parametrize('random_ratio', [0.9, 0.5, 1.0, 0.0])
 def test_the_paper_mix_draws_todays_orders_bit_for_bit(random_ratio):
-    for mix in (paper_mix(random_ratio), mix_at(paper_mix(random_ratio), 7, 0)):
+    for mix in (paper_mix(random_ratio), shares_at(mix_stages(paper_mix(random_ratio)), 7)):
         a, b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
         for _ in range(3):  # and leaves the generator where it left it
             assert torch.equal(sample_orders('mixed', 64, 32, a, mix), todays_mixed_orders(64, 32, b, random_ratio))
@@ -87,16 +88,56 @@ def test_the_shares_give_their_frequencies(text):
 
 def test_the_curriculum_moves_linearly_from_left_to_right_to_the_mix():
     mix = parse_mix('l2r:0.1,fim:0.4,random:0.5')
-    assert mix_at(mix, 0, 100) == {'random': 0.0, 'l2r': 1.0, 'fim': 0.0}
-    assert mix_at(mix, 25, 100) == pytest.approx({'random': 0.125, 'l2r': 0.775, 'fim': 0.1})
-    assert mix_at(mix, 100, 100) == mix and mix_at(mix, 5000, 100) == mix and mix_at(mix, 0, 0) == mix
-    orders = sample_orders('mixed', 20000, 16, torch.Generator().manual_seed(2), mix_at(paper_mix(0.9), 50, 100))
+    stages = mix_stages(mix, 100)
+    assert shares_at(stages, 0) == {'random': 0.0, 'l2r': 1.0, 'fim': 0.0}
+    assert shares_at(stages, 25) == pytest.approx({'random': 0.125, 'l2r': 0.775, 'fim': 0.1})
+    assert shares_at(stages, 100) == mix and shares_at(stages, 5000) == mix and shares_at(mix_stages(mix), 0) == mix
+    orders = sample_orders('mixed', 20000, 16, torch.Generator().manual_seed(2),
+                           shares_at(mix_stages(paper_mix(0.9), 100), 50))
     assert abs((orders == torch.arange(16)).all(1).float().mean().item() - 0.55) < 0.015
+
+
+STAGES = 'l2r:1@0/l2r:0.5,fim:0.5@100/l2r:0.5,fim:0.5@200/l2r:0.1,fim:0.4,random:0.5@300/fim:1@300'
+
+
+@pytest.mark.parametrize('iteration, expected', [
+    (0, 'l2r:1'), (50, 'l2r:0.75,fim:0.25'), (100, 'l2r:0.5,fim:0.5'), (199, 'l2r:0.5,fim:0.5'),
+    (250, 'l2r:0.3,fim:0.45,random:0.25'), (299, 'l2r:0.104,fim:0.401,random:0.495'), (300, 'fim:1'), (10**6, 'fim:1')])
+def test_stages_give_their_frequencies_at_each_iteration(iteration, expected):
+    """Linear between stages, held after the last; of two stages at one iteration the later one (a step). The shares
+    drawn: the frequencies of identity, FIM-shaped and other rows, against their exact probabilities."""
+    shares = shares_at(parse_stages(STAGES), iteration)
+    assert shares == pytest.approx(parse_mix(expected))
+    T, N = 8, 20000
+    orders = sample_orders('mixed', N, T, torch.Generator().manual_seed(iteration), shares)
+    identity = (orders == torch.arange(T)).all(1)
+    shaped = torch.tensor([fim_split(row) is not None for row in orders.tolist()]) & ~identity
+    observed = [identity.sum().item(), shaped.sum().item(), N - identity.sum().item() - shaped.sum().item()]
+    for seen, p in zip(observed, family_probabilities(shares, T)):
+        assert abs(seen - N * p) <= 5 * math.sqrt(N * p * (1 - p)) + 1, (iteration, observed)
+
+
+def test_a_staged_run_is_described_by_its_stages_and_ends_on_the_last():
+    config = dict(order='mixed', order_stages='l2r:1@0/l2r:0.1,fim:0.4,random:0.5@300')
+    assert run_mix(config) == parse_mix('l2r:0.1,fim:0.4,random:0.5')
+    assert describe_orders(config) == 'in stages: 100% l2r at iteration 0; then 50% random, 10% l2r, 40% fim at ' \
+                                      'iteration 300'
+
+
+@pytest.mark.parametrize('bad, words', [
+    ('l2r:1@5', 'iteration 0'), ('l2r:1@0/fim:1@10/random:1@5', 'go back'), ('l2r:1', 'MIX@ITERATION'),
+    ('l2r:1@٠', 'MIX@ITERATION'), ('l2r:1@1.5', 'whole number'), ('l2r:0.5@0', 'sum to 1'),
+    ('l2r:٠.٥,fim:٠.٥@0', 'must be a number'), ('sideways:1@0', 'not an order family')])
+def test_bad_stages_are_named(bad, words):
+    with pytest.raises(ValueError, match='--order_stages') as e:
+        parse_stages(bad)
+    assert words in str(e.value)
 
 
 def test_mixes_name_their_families_and_shares_exactly():
     assert parse_mix('fim:0.25, l2r:0.75') == {'random': 0.0, 'l2r': 0.75, 'fim': 0.25}
-    for bad, words in [('l2r:0.5', 'sum to 1'), ('l2r:0.5,l2r:0.5', 'twice'), ('fim:nan,l2r:1', '[0, 1]'),
+    for bad, words in [('l2r:0.5', 'sum to 1'), ('l2r:0.5,l2r:0.5', 'twice'), ('fim:nan,l2r:1', 'must be a number'),
+                       ('l2r:-0.5,random:1.5', '[0, 1]'), ('l2r:٠.٥,random:٠.٥', 'must be a number'),
                        ('gpt:1', 'not an order family'), ('l2r', 'must be a number')]:
         with pytest.raises(ValueError, match=words.replace('[', r'\[').replace(']', r'\]')):
             parse_mix(bad)
