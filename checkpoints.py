@@ -221,7 +221,8 @@ def training_record(checkpoint):
         tokens = iters * config['batch_size'] * config['block_size'] * config['gradient_accumulation_steps']
     plain = {k: v for k, v in config.items()
              if k not in MACHINE_SETTINGS and isinstance(v, (int, float, str, bool, type(None)))}
-    return dict(iterations=iters, tokens=tokens, config=plain, orders=describe_orders(plain))
+    return dict(iterations=iters, tokens=tokens, config=plain, orders=describe_orders(plain),
+                parent=checkpoint.get('parent'))
 
 
 def is_hf_folder(path):
@@ -297,6 +298,73 @@ def reference_state_dict(checkpoint, use_ema=True):
     if tied:
         state['lm_head.weight'] = state['transformer.wte.weight']
     return state
+
+
+GPT2_NAMES = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')  # OpenAI's GPT-2 on the Hugging Face Hub
+GPT2_GELUS = {'gelu_new': 'tanh', 'gelu_pytorch_tanh': 'tanh', 'gelu': 'none'}  # transformers' names -> model.py's
+GPT2_SAVE = "GPT2LMHeadModel.from_pretrained('gpt2').save_pretrained('gpt2-local')"
+
+
+def is_gpt2(init_from):
+    """Whether init_from names OpenAI's GPT-2 (a Hub name of GPT2_NAMES) or a folder that transformers saved a GPT-2
+    in (save_pretrained: config.json's model_type 'gpt2')."""
+    if init_from in GPT2_NAMES:
+        return True
+    return os.path.isdir(init_from) and is_hf_folder(init_from) and hf_model_type(init_from) == 'gpt2'
+
+
+def hf_model_type(folder):
+    with open(os.path.join(folder, 'config.json'), encoding='utf-8') as f:
+        return json.load(f).get('model_type')
+
+
+def gpt2_checkpoint(name):
+    """GPT-2's weights (a Hub name, or a save_pretrained folder) as one of our checkpoints of sigma-GPT's recipe, the
+    network GPT-2 is (LayerNorm, a tied head, learned positions), read left to right exactly as GPT-2 reads
+    '<|endoftext|>' + the text: the start slot is that token at GPT-2's position 0, slot j + 1 its position j + 1
+    (so block_size is GPT-2's positions less one), and the target-position embedding starts at zero, where it
+    changes nothing. The vocabulary stays GPT-2's: rows padded to 50304 would take probability from its tokens."""
+    try:
+        from transformers import GPT2LMHeadModel
+    except ImportError:
+        raise CheckpointError(f'--init_from={name} reads GPT-2 through transformers: pip install transformers')
+    try:
+        hf = GPT2LMHeadModel.from_pretrained(name)
+    except (OSError, ValueError) as e:  # offline without a cached copy, an unknown name, a folder without weights
+        raise CheckpointError(f"could not load GPT-2's weights {name!r} ({one_line(e, 150)}); offline, save them on a "
+                              f'machine with the network ({GPT2_SAVE}) and pass that folder: --init_from=gpt2-local')
+    c = hf.config
+    config = GPTConfig(block_size=c.n_positions - 1, vocab_size=c.vocab_size, n_layer=c.n_layer, n_head=c.n_head,
+                       n_embd=c.n_embd, bias=True, target_injection='add', position_encoding='learned',
+                       gelu=gpt2_gelu(c, name))
+    state = {k: v for k, v in hf.state_dict().items() if not k.endswith(('.attn.bias', '.attn.masked_bias'))}
+    conv1d = ('attn.c_attn.weight', 'attn.c_proj.weight', 'mlp.c_fc.weight', 'mlp.c_proj.weight')
+    state = {k: v.t() if k.endswith(conv1d) else v for k, v in state.items()}  # Conv1D keeps (in, out)
+    state['transformer.wnonee.weight'] = state['transformer.wte.weight'][c.bos_token_id][None]
+    state['transformer.wtpe.weight'] = torch.zeros(config.block_size, config.n_embd)
+    model = build_model(config)
+    model.load_state_dict(state)
+    model_args = dataclasses.asdict(config)
+    return dict(model=model.state_dict(), model_args=model_args, vocab='gpt2', trained=dict(
+        iterations=None, tokens=None, config={}, orders=f'left to right: OpenAI\'s GPT-2 ({name})'))
+
+
+def gpt2_gelu(c, name):
+    """model.py's gelu of a transformers GPT2Config; CheckpointError for a GPT-2 variant the recipe cannot hold."""
+    different = [what for what, bad in (
+        (f'activation_function={c.activation_function!r}', c.activation_function not in GPT2_GELUS),
+        ('an untied head (tie_word_embeddings=False)', not c.tie_word_embeddings),
+        (f'n_inner={c.n_inner}', c.n_inner not in (None, 4 * c.n_embd)),
+        (f'layer_norm_epsilon={c.layer_norm_epsilon}', c.layer_norm_epsilon != 1e-5),
+        ('scale_attn_weights=False', not c.scale_attn_weights),
+        ('scale_attn_by_inverse_layer_idx=True', c.scale_attn_by_inverse_layer_idx),
+        ('cross-attention', c.add_cross_attention),
+        (f'bos_token_id={c.bos_token_id}', not (isinstance(c.bos_token_id, int) and 0 <= c.bos_token_id < c.vocab_size)))
+        if bad]
+    if different:
+        raise CheckpointError(f"{name} is a GPT-2 with {', '.join(different)}, which sigma-GPT's recipe does not "
+                              f"hold: only GPT-2's own shape converts (a tied head, a 4x MLP with GELU, eps 1e-5)")
+    return GPT2_GELUS[c.activation_function]
 
 
 def one_line(error, limit=300):

@@ -17,7 +17,8 @@ FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1
             'long': '(Ours) Queries at the target position at longer blocks',
             'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow',
             'infill': '(Ours) Infilling: AO-GPT reads both sides of a gap',
-            'orders': '(Ours) The any-order tax: which training orders make AO-GPT worth picking'}
+            'orders': '(Ours) The any-order tax: which training orders make AO-GPT worth picking',
+            'adapt': '(Ours) AO-GPT from a GPT: left to right first, any order after'}
 ALIASES = {'5': '4', '7': '6'}
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
@@ -53,8 +54,9 @@ KINDS = {
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
                  '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
                  'length': ['mixed', 'encoder', 'l2r'], 'infill': ['mixed', 'encoder', 'l2r'],
-                 'orders': ['mixed', 'encoder', 'l2r']}
-NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders'}  # findings a preset runs only if it has this entry
+                 'orders': ['mixed', 'encoder', 'l2r'], 'adapt': ['mixed', 'l2r']}
+# findings a preset runs only if it has this entry
+NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders', 'adapt': 'adapt'}
 # finding orders: models trained on distributions over orders (train.py's order settings), every AO-GPT arm at the
 # mixed kind's chosen settings, the GPT and the encoder at their own: {arm: (label, kind)}, the GPT first (its first
 # run scores the samples); order_arms gives the flags
@@ -65,14 +67,37 @@ ORDER_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
               'fim-mix': ('AO-GPT, 10% left to right, 40% FIM, 50% random', 'mixed'),
               'fim-gpt': ('FIM GPT: 50% left to right, 50% FIM', 'mixed'),
               'encoder': ('encoder MDM', 'encoder')}
+FIM_MIX, FIM_GPT = 'l2r:0.1,fim:0.4,random:0.5', 'l2r:0.5,fim:0.5'  # finding orders' FIM mix and FIM GPT (--order_mix)
 
 
 def order_arms(max_iters):
     """finding orders' order flags of each arm, over its kind's: the curriculum takes the first half of training."""
     return {'gpt': {}, 'paper': {}, 'l2r50': dict(random_ratio=0.5),
             'curriculum': dict(order_curriculum=max_iters // 2),
-            'fim-mix': dict(order_mix='l2r:0.1,fim:0.4,random:0.5'), 'fim-gpt': dict(order_mix='l2r:0.5,fim:0.5'),
-            'encoder': {}}
+            'fim-mix': dict(order_mix=FIM_MIX), 'fim-gpt': dict(order_mix=FIM_GPT), 'encoder': {}}
+
+
+# finding adapt: a left-to-right GPT trained for part of the budget, then AO-GPT from its checkpoint for the rest,
+# against finding orders' GPT and FIM mix trained for the whole budget (its runs): {arm: (label, kind)}, the GPT first
+ADAPT_ARMS = {'gpt': ORDER_ARMS['gpt'], 'fim-mix': ORDER_ARMS['fim-mix'],
+              'half-staged': ('GPT for half the budget, then AO-GPT, orders staged from the FIM GPT to the FIM mix',
+                              'mixed'),
+              'half-plain': ('GPT for half the budget, then AO-GPT on the FIM mix', 'mixed'),
+              'cheap': ('GPT for 3/4 of the budget, then AO-GPT, orders staged from the FIM GPT to the FIM mix',
+                        'mixed')}
+# the adaptations: {arm: (its parent, staged orders)}; the parents: {parent: the GPT's share of the budget}
+ADAPTATIONS = {'half-staged': ('half', True), 'half-plain': ('half', False), 'cheap': ('3q', True)}
+ADAPT_PARENTS = {'half': 1 / 2, '3q': 3 / 4}
+# train.py draws an iteration's batch from (seed, iteration): an adaptation draws from its seed plus this, so that
+# it reads new batches, not its parent's first ones again
+ADAPT_DRAWS = 1000
+
+
+def adapt_stages(iters):
+    """--order_stages of a staged adaptation of `iters` iterations: the FIM GPT for the first third, moving linearly
+    to the FIM mix over the second, the FIM mix for the last."""
+    third = iters // 3
+    return f'{FIM_GPT}@0/{FIM_GPT}@{third}/{FIM_MIX}@{2 * third}'
 
 
 PRESETS = {
@@ -98,6 +123,10 @@ PRESETS = {
         # there too)
         orders=dict(train=dict(eval_gaps='span:4,span:16'), gen=dict(steps='16,64', num_samples=32, batch_size=32),
                     longer=4, longer_seeds=2, second=dict(dataset='wikitext2_char', arms=('gpt', 'paper', 'fim-mix'))),
+        # finding adapt: the adaptations' learning rates (min_lr a tenth) swept on the first seed; the larger size (about
+        # 4x the parameters): its tag in the run names, its flags, seeds and arms, at the rates chosen here
+        adapt=dict(grid=(3e-4, 1e-3, 3e-3), larger=dict(tag='w256', train=dict(n_embd=256), seeds=2,
+                                                        arms=('gpt', 'fim-mix', 'half-staged'))),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run
@@ -131,6 +160,8 @@ PRESETS = {
         infill=dict(spans=(1, 4, 32), ensemble=2, max_chunks=4, mc_samples=4),
         orders=dict(train=dict(eval_gaps='span:4'), gen=dict(steps='4,32', num_samples=4, batch_size=4), longer=2,
                     longer_seeds=2),
+        adapt=dict(grid=(1e-2,), larger=dict(tag='w64', train=dict(n_embd=64), seeds=2,
+                                             arms=('gpt', 'fim-mix', 'half-staged'))),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
                  batch_size=4),
         scorer='l2r',
@@ -230,4 +261,19 @@ CLAIMS = {
     'orders longer': "(Ours) The any-order tax shrinks with training: the paper's mix's left-to-right loss above the "
                      "GPT's (same seed) is smaller after {times}x the iterations (effect: the tax at {iters} "
                      'iterations minus the tax at {longer}, nats).',
+    'adapt gaps': '(Ours) {arm} fills gaps of {span} tokens better than the left-to-right GPT reading the left side: '
+                  'its exact NLL per gap token given both sides (the rest, then the gap left to right) is below the '
+                  "GPT's from the left only (each on every seed, the same total iterations; effect: the GPT's NLL "
+                  'minus its own, nats per gap token).',
+    'adapt tax': "(Ours) {arm} (adapted at learning rate {rate:g}, its own sweep's choice) reads left to right "
+                 'within {tax} nats of the left-to-right GPT trained for the whole budget (each on every seed, the '
+                 "same total iterations; effect: its final EMA val left-to-right loss minus the GPT's; holds if the "
+                 'interval lies below {tax}, does not hold if above it).',
+    'adapt ao': '(Ours) {arm} keeps its any-order loss within {cost} nats of the FIM mix (10% left to right, 40% FIM, '
+                '50% random) trained from scratch for the whole budget (effect: its final EMA val any-order loss minus '
+                "the FIM mix's; holds if the interval lies below {cost}, does not hold if above it).",
+    'adapt size': "(Ours) The tax of {arm} shrinks with size: its left-to-right loss above the GPT's (same seed) is "
+                  "smaller at {larger} (the preset's other settings kept) than at the preset's size (effect: the tax "
+                  "at the preset's size minus the tax at the larger one, nats). At the larger size each arm trains at "
+                  'the learning rate chosen at the smaller one: no sweep there.',
 }

@@ -134,6 +134,13 @@ def table(head, rows):
     return '\n'.join('| ' + ' | '.join(row) + ' |' for row in [head, ['---'] * len(head), *rows])
 
 
+def started_from(parent):
+    """The card's line on the checkpoint a run started from, and on what that one started from."""
+    iterations = f"{parent['iterations']:,} iterations, " if parent['iterations'] is not None else ''
+    text = f"Started from `{parent['init_from']}` ({iterations}orders: {parent['orders']})."
+    return text + (' ' + started_from(parent['parent']) if parent.get('parent') else '')
+
+
 def model_card(model, config, source, name, results):
     """README.md of the folder: the Hub's metadata, what the model is, what trained it, its numbers (results, by
     setting: see check_inputs), how to use it."""
@@ -160,6 +167,8 @@ def model_card(model, config, source, name, results):
         lines.append(f"{trained['iterations']:,} iterations{tokens} of ao-gpt's `train.py`"
                      + (f' on {dataset}' if dataset else '') + f'{orders}. Its settings:')
         lines += ['', table(['setting', 'value'], [[k, f'`{v}`'] for k, v in sorted(trained['config'].items())])]
+    if trained.get('parent'):
+        lines += ['', started_from(trained['parent'])]
     if eval_json:
         lines += ['', f'## Perplexity (`eval_ppl.py`, {os.path.basename(eval_json)})', '',
                   eval_table(results['eval_json'])]

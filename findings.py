@@ -8,7 +8,7 @@ run over seeds, and every claim gets its effect, a 95% interval, its n and a ver
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long,length,infill,orders   # ours (their kinds' sweeps first)
+    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt   # ours (their kinds' sweeps first)
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 What it does, each run in its own folder out_dir/runs/<name> through train.py, eval_ppl.py and gen_ppl.py:
@@ -69,6 +69,13 @@ The findings are numbered by the paper's figure that shows them (sample quality 
            and the longer pair (the paper's mix and the GPT at a multiple of the iterations): does the tax shrink;
            and some arms again on a second corpus at the same settings (cpu: WikiText-2's characters, prepared by
            data/wikitext2_char/prepare.py), the same claims there
+  adapt    AO-GPT from a GPT: a left-to-right GPT trained for half (or 3/4) of the budget, then AO-GPT from its
+           checkpoint (train.py --init_from) for the rest, its orders staged (--order_stages: the FIM GPT for a third,
+           moving linearly to finding orders' FIM mix over the next third) or the FIM mix from the start, each
+           adaptation at the learning rate its own sweep (on the first seed) chose; against finding orders' GPT and FIM
+           mix trained for the whole budget (its runs), at the same total iterations: its gaps against the GPT's left
+           side, its left-to-right loss against the GPT's, its any-order loss against the FIM mix's; on the second
+           corpus too, and at a larger size (no sweep there): does the tax shrink (cpu and smoke presets)
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -90,7 +97,7 @@ import os
 import statistics
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -100,8 +107,9 @@ from common import (at_least, autocast, check_settings, default_device, default_
                     run_python)
 from configurator import configure
 from engine import generate
-from experiments import (ALIASES, CLAIMS, FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, ORDER_ARMS,
-                         AO_COST, PLATEAU, POSITIONS, PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK, TAX, order_arms)
+from experiments import (ADAPT_ARMS, ADAPT_DRAWS, ADAPT_PARENTS, ADAPTATIONS, ALIASES, AO_COST, CLAIMS, FIM_MIX,
+                         FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, ORDER_ARMS, PLATEAU, POSITIONS,
+                         PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK, TAX, adapt_stages, order_arms)
 from scoring import losses_by_context
 from training import parse_mix
 from report import (RULE, line_figure, mean_interval, number, paired_interval, point_figure, spread, unpaired_interval,
@@ -111,7 +119,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # -----------------------------------------------------------------------------
 preset = 'cpu'  # 'cpu', 'gpu' or 'smoke'
-only = ''  # comma list of findings (1, 2, 3, 4, 6, 8, plateau, long, length, infill, orders; 5, 7: 4, 6); '' all
+only = ''  # comma list of findings (1, 2, 3, 4, 6, 8, plateau, long, length, infill, orders, adapt; 5, 7: 4, 6); '' all
 out_dir = ''  # '': findings-<preset>
 seeds = 0  # seeds of every kind; 0: the preset's
 workers = 0  # runs side by side; 0: the preset's
@@ -161,8 +169,8 @@ def check_inputs():
 
 
 def datasets(p, findings):
-    """The data/ folders the findings train on: the preset's, and finding orders' second corpus."""
-    return [p['dataset']] + ([dataset for dataset, _ in order_corpora(p, [])[1:]] if 'orders' in findings else [])
+    """The data/ folders the findings train on: the preset's, and findings orders' and adapt's second corpus."""
+    return list(dict.fromkeys([p['dataset']] + [dataset for dataset, _ in scored_corpora(p, findings, [])]))
 
 
 def report_ready():
@@ -185,8 +193,8 @@ def selected_findings(text):
                  f"got {entry.strip()!r}")
         if not runs_here(name):
             fail(f'--only={name}: the {preset} preset has no longer blocks (its block is already long: its finding '
-                 'plateau is the long-block one)' if name != 'orders' else
-                 f'--only=orders: the {preset} preset has no order arms (its runs take days each): use --preset=cpu')
+                 'plateau is the long-block one)' if name not in ('orders', 'adapt') else
+                 f'--only={name}: the {preset} preset has no order arms (its runs take days each): use --preset=cpu')
         names.add(name)
     return [name for name in FINDINGS if name in names]
 
@@ -234,12 +242,14 @@ def choose(p, kind, runs_dir):
     return best[0], best[1], rows
 
 
-def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None):
+def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None, adapt_rates=None):
     """{name: flags, or the name of the run with the same flags} of the runs after the sweep: the kinds'
     seeds (the first is the sweep's winner), finding 2's, ours (the mixed kind's settings, each position
-    encoding; finding length's at at_blocks' points, choose_at_blocks); sweep: the sweeps' {name: flags}."""
+    encoding; finding length's at at_blocks' points, choose_at_blocks; finding adapt's at adapt_rates,
+    choose_adapt); sweep: the sweeps' {name: flags}."""
     runs = {}
-    seeded = {kind for f in findings if f != 'long' for kind in FINDING_KINDS[f]}  # long needs the choice only
+    # long and adapt need the kinds' choices only
+    seeded = {kind for f in findings if f not in ('long', 'adapt') for kind in FINDING_KINDS[f]}
     for kind, (point, _, _) in chosen.items():
         if kind in seeded:
             runs.update({f'{kind}-s{s}': run_flags(p, kind, point, s) for s in seed_list})
@@ -261,6 +271,8 @@ def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None):
                      for s in seed_list[:2]})
     if 'orders' in findings:
         runs.update(order_runs(p, chosen, seed_list))
+    if 'adapt' in findings:
+        runs.update(adapt_runs(p, chosen, seed_list, adapt_rates))
     return same_runs(runs, sweep)
 
 
@@ -269,13 +281,7 @@ def order_runs(p, chosen, seed_list):
     (an arm that gives the whole mix drops the paper's random_ratio), and the longer pair: the paper's mix and the
     GPT for `longer` times the iterations."""
     o, runs = p['orders'], {}
-
-    def flags(arm, seed):
-        out = run_flags(p, ORDER_ARMS[arm][1], chosen[ORDER_ARMS[arm][1]][0], seed) | o['train']
-        if 'order_mix' in arms[arm]:
-            del out['random_ratio']
-        return out | arms[arm]
-    arms = order_arms(p['train']['max_iters'])
+    flags = lambda arm, seed: order_flags(p, chosen, arm, seed)
     runs.update({order_run(arm, s): flags(arm, s) for s in seed_list for arm in ORDER_ARMS})  # a seed at a time
     times, train = o['longer'], p['train']
     longer = dict(max_iters=train['max_iters'] * times, lr_decay_iters=train['lr_decay_iters'] * times,
@@ -287,6 +293,15 @@ def order_runs(p, chosen, seed_list):
         runs.update({order_run(arm, s, corpus=corpus): flags(arm, s) | dict(dataset=corpus)
                      for s in seed_list for arm in o['second']['arms']})
     return runs
+
+
+def order_flags(p, chosen, arm, seed):
+    """train.py's flags of one of finding orders' arms on a seed."""
+    kind, arms = ORDER_ARMS[arm][1], order_arms(p['train']['max_iters'])
+    flags = run_flags(p, kind, chosen[kind][0], seed) | p['orders']['train']
+    if 'order_mix' in arms[arm]:
+        del flags['random_ratio']
+    return flags | arms[arm]
 
 
 def order_run(arm, seed, times=1, corpus=''):
@@ -306,7 +321,94 @@ def order_corpora(p, seed_list):
 
 
 def order_arm(name):
-    return next(arm for arm in ORDER_ARMS if name.startswith(f'orders-{arm}-'))
+    """The arm of a run of finding orders or adapt: orders-fim-mix-s1 and adapt-fim-mix-w256-s1 are FIM mixes."""
+    finding, _, rest = name.partition('-')
+    return next(arm for arm in (ORDER_ARMS if finding == 'orders' else ADAPT_ARMS) if rest.startswith(f'{arm}-'))
+
+
+# finding adapt: GPT parents, each continued as AO-GPT (an adaptation) from its checkpoint
+
+def adapt_settings(p, seed_list):
+    """finding adapt's [(corpus, size, seeds, arms)]: every arm on the preset's corpus ('') and on finding orders'
+    second one where the preset has one, every seed; the larger size's arms (size: its tag) on its seeds."""
+    larger, arms = p['adapt']['larger'], list(ADAPT_ARMS)
+    second = [p['orders']['second']['dataset']] if 'second' in p['orders'] else []
+    return [(corpus, '', seed_list, arms) for corpus in [''] + second] + \
+        [('', larger['tag'], seed_list[:larger['seeds']], list(larger['arms']))]
+
+
+def adapt_run(arm, seed, corpus='', size=''):
+    """A run's name: finding orders' for its GPT and FIM mix at the preset's size (they are its runs), else
+    adapt-<arm>[-<size>][-<corpus>]-s<seed>; a parent's arm is parent-<its name in ADAPT_PARENTS>."""
+    if arm in ORDER_ARMS and not size:
+        return order_run(arm, seed, corpus=corpus)
+    return f"adapt-{arm}{f'-{size}' if size else ''}{f'-{corpus}' if corpus else ''}-s{seed}"
+
+
+def adapt_point(arm, lr):
+    return f'adapt-sweep-{arm}-lr{lr:g}'
+
+
+def adapt_flags(p, chosen, arm, seed, rates, corpus='', size=''):
+    """train.py's flags of one of finding adapt's runs (rates: {adaptation: its learning rate}): finding orders' GPT
+    and FIM mix; a parent ('parent-<name>'): finding orders' GPT for its share of the budget (its own schedule); an
+    adaptation: its parent's flags (the checkpoint fixes the model, which no flag may contradict) for the rest of
+    the budget, from its parent's checkpoint (init_from: the parent run's name), with its own orders, learning rate
+    (min_lr a tenth) and batches (ADAPT_DRAWS)."""
+    where = (dict(dataset=corpus) if corpus else {}) | (p['adapt']['larger']['train'] if size else {})
+    if arm in ORDER_ARMS:
+        return order_flags(p, chosen, arm, seed) | where
+    budget = p['train']['max_iters']
+    iterations = lambda n: dict(max_iters=n, lr_decay_iters=n)
+    if arm.startswith('parent-'):
+        return order_flags(p, chosen, 'gpt', seed) | where | iterations(round(budget * ADAPT_PARENTS[arm[7:]]))
+    parent, staged = ADAPTATIONS[arm]
+    iters, lr = budget - round(budget * ADAPT_PARENTS[parent]), rates[arm]
+    orders = dict(order_stages=adapt_stages(iters)) if staged else dict(order_mix=FIM_MIX)
+    return adapt_flags(p, chosen, f'parent-{parent}', seed, rates, corpus, size) | iterations(iters) | \
+        dict(order='mixed', **orders, learning_rate=lr, min_lr=lr / 10, seed=seed + ADAPT_DRAWS,
+             init_from=adapt_run(f'parent-{parent}', seed, corpus, size))
+
+
+def adapt_runs(p, chosen, seed_list, rates):
+    """finding adapt's runs, {name: flags}: each setting's arms on its seeds (adapt_settings), each adaptation after
+    the parent it starts from (one per share of the budget, seed, corpus and size, shared by its adaptations)."""
+    runs = {}
+    for corpus, size, seeds, arms in adapt_settings(p, seed_list):
+        for s in seeds:
+            for arm in arms:
+                if arm in ADAPTATIONS:
+                    parent = 'parent-' + ADAPTATIONS[arm][0]
+                    runs[adapt_run(parent, s, corpus, size)] = adapt_flags(p, chosen, parent, s, rates, corpus, size)
+                runs[adapt_run(arm, s, corpus, size)] = adapt_flags(p, chosen, arm, s, rates, corpus, size)
+    return runs
+
+
+def adapt_sweep_runs(p, chosen):
+    """finding adapt's sweep, {name: flags}: each adaptation at each learning rate of the preset's grid, on the first
+    seed and the preset's corpus, after the parents they start from."""
+    parents = {adapt_run(f'parent-{parent}', SEEDS[0]): adapt_flags(p, chosen, f'parent-{parent}', SEEDS[0], {})
+               for parent in ADAPT_PARENTS}
+    return parents | {adapt_point(arm, lr): adapt_flags(p, chosen, arm, SEEDS[0], {arm: lr})
+                      for arm in ADAPTATIONS for lr in p['adapt']['grid']}
+
+
+def adapt_sweep_losses(p, runs_dir):
+    """{adaptation: {learning rate: its sweep run's final loss in the mixed kind's objective}}: the rule the FIM mix
+    was chosen by."""
+    return {arm: {lr: own_loss('mixed', read_metrics(os.path.join(runs_dir, adapt_point(arm, lr)))[-1])
+                  for lr in p['adapt']['grid']} for arm in ADAPTATIONS}
+
+
+def choose_adapt(p, runs_dir):
+    """{adaptation: the learning rate of its lowest sweep loss}: its sweep run is its first seed."""
+    return {arm: min(losses, key=losses.get) for arm, losses in adapt_sweep_losses(p, runs_dir).items()}
+
+
+def adapt_corpora(p, seed_list):
+    """finding adapt's [(corpus, size, {arm: run names})], as adapt_settings."""
+    return [(corpus, size, {arm: [adapt_run(arm, s, corpus, size) for s in seeds] for arm in arms})
+            for corpus, size, seeds, arms in adapt_settings(p, seed_list)]
 
 
 def length_run(label, block_size, seed):
@@ -363,7 +465,7 @@ def choose_at_blocks(p, chosen, runs_dir):
 
 def same_runs(runs, planned):
     """runs with each one whose flags are those of a planned run ({name: flags}) or of an earlier one in
-    runs replaced by that run's name: it is that run, not trained twice."""
+    runs replaced by that run's name: it is that run, not trained twice (a planned run's own name too)."""
     key = lambda flags: json.dumps(flags, sort_keys=True)
     first = {}
     for name, flags in planned.items():
@@ -371,7 +473,7 @@ def same_runs(runs, planned):
     out = {}
     for name, flags in runs.items():
         out[name] = first.setdefault(key(flags), name)
-        if out[name] == name:
+        if out[name] == name and name not in planned:
             out[name] = flags
     return out
 
@@ -394,17 +496,36 @@ def read_json(path, fix='delete it and run again (its step is redone)'):
 
 
 def train_job(name, p, flags, folder):
-    """train.py for one run: done when its metrics reach max_iters, resumed when it left a checkpoint."""
+    """train.py for one run: done when its metrics reach max_iters, resumed when it left a checkpoint; a run whose
+    flags name a parent run (init_from) starts from that run's checkpoint, once it is trained."""
     settings = dict(config=p['config'], **flags)
     check_same_run(folder, settings)
     records = read_metrics(folder)
     done = bool(records) and records[-1]['iter'] >= flags['max_iters']
     resume = os.path.exists(os.path.join(folder, 'ckpt.pt'))
+    parent = os.path.join(os.path.dirname(folder), flags['init_from']) if 'init_from' in flags else None
+    start = ['--init_from=resume'] if resume else [f"--init_from={os.path.join(parent, 'ckpt.pt')}"] if parent else []
     argv = [os.path.join(ROOT, 'train.py'), os.path.join(ROOT, p['config']),
-            *(f'--{k}={os.path.join(ROOT, v) if k == "order_file" else v}' for k, v in flags.items()),
-            f'--out_dir={folder}', *(['--init_from=resume'] if resume else [])]
+            *(f'--{k}={os.path.join(ROOT, v) if k == "order_file" else v}' for k, v in flags.items() if k != 'init_from'),
+            f'--out_dir={folder}', *start]
     return Job(f'train {name}' + (' (resume)' if resume and not done else ''), argv, os.path.join(folder, 'train.log'),
-               done, settings)
+               done, settings, (parent,) if parent else ())
+
+
+def with_checkpoints(jobs, earlier=()):
+    """jobs, with the training of each finished run whose checkpoint a job still to run reads (needs) but which kept
+    no ckpt.pt (a committed run folder keeps its records only: .gitignore) done again from the start: the same
+    flags, so the same run, and that job finds its checkpoint. earlier: the training jobs of the calls before."""
+    trained = {os.path.dirname(job.log): job for job in [*earlier, *jobs] if job.settings is not None}
+    while True:
+        gone = sorted({folder for job in jobs if not job.done for folder in job.needs if folder in trained and
+                       trained[folder].done and not os.path.exists(os.path.join(folder, 'ckpt.pt'))})
+        if not gone:
+            return jobs
+        again = [replace(trained[folder], name=f'{trained[folder].name} again (a job reads its checkpoint, which is '
+                                                'gone)', done=False) for folder in gone]
+        trained |= {os.path.dirname(job.log): job for job in again}
+        jobs = again + [job for job in jobs if job.settings is None or os.path.dirname(job.log) not in gone]
 
 
 def check_same_run(folder, settings):
@@ -449,8 +570,8 @@ def eval_jobs(findings, p, seed_list, folders):
                 flags = dict(out_dir=folder, scorer=scorer, samples_out=samples) | p['gen']
                 jobs.append(script_job(f'gen-ppl {kind}-s{s}', 'gen_ppl.py', flags, os.path.join(folder, 'gen.json'),
                                        needs=[folder, os.path.dirname(scorer)] if p['scorer'] == 'l2r' else [folder]))
-    if 'orders' in findings:
-        jobs += order_eval_jobs(p, seed_list, folders)
+    if 'orders' in findings or 'adapt' in findings:
+        jobs += order_eval_jobs(p, seed_list, folders, findings)
     return jobs
 
 
@@ -464,23 +585,35 @@ def gaps_job(p, name, folder, dataset=None):
     return script_job(f'gaps {name}', 'eval_ppl.py', flags, os.path.join(folder, 'gaps.json'), needs=[folder])
 
 
-def order_eval_jobs(p, seed_list, folders):
-    """finding orders: the gaps of each of its runs, and the samples of each run of its arms (gen_orders.json) at its
-    steps, scored by the GPT's first run on the same corpus; an arm trained without random orders (the GPT, the FIM
-    GPT) samples left to right, the others in random orders."""
-    corpora = order_corpora(p, seed_list)
+def order_eval_jobs(p, seed_list, folders, findings=('orders',)):
+    """findings orders and adapt (those among findings): the gaps of each of finding orders' runs and of finding
+    adapt's arms' runs, and the samples of each run of their arms (gen_orders.json) at finding orders' steps, scored
+    by the GPT's first run on the same corpus; an arm trained without random orders (the GPT, the FIM GPT) samples
+    left to right, the others in random orders. A run of both findings is evaluated once."""
+    corpora = scored_corpora(p, findings, seed_list)
     on = {name: dataset for dataset, runs in corpora for names in runs.values() for name in names}
-    jobs = [gaps_job(p, name, folder, on.get(name)) for name, folder in folders.items() if name.startswith('orders-')]
+    jobs = [gaps_job(p, name, folder, on.get(name)) for name, folder in folders.items()
+            if name.startswith('orders-') or name in on]
+    scorers, sampled = {}, set()
     for dataset, runs in corpora:
-        scorer = folders[runs['gpt'][0]]
+        scorer = scorers.setdefault(dataset, folders[runs['gpt'][0]])
         for arm, names in runs.items():
-            for name in names:
+            for name in [name for name in names if name not in sampled]:
                 flags = dict(out_dir=folders[name], scorer=os.path.join(scorer, 'ckpt.pt'),
                              samples_out=os.path.join(folders[name], 'samples_orders.jsonl')) | p['orders']['gen'] | \
                     (dict(order='l2r') if arm in without_random_orders() else {})
                 jobs.append(script_job(f'gen-ppl {name}', 'gen_ppl.py', flags,
                                        os.path.join(folders[name], 'gen_orders.json'), needs=[scorer, folders[name]]))
+                sampled.add(name)
     return jobs
+
+
+def scored_corpora(p, findings, seed_list):
+    """[(dataset, {arm: run names})] whose runs findings orders and adapt (those among findings) score: finding
+    orders' corpora, then finding adapt's settings."""
+    return (order_corpora(p, seed_list) if 'orders' in findings else []) + \
+        ([(corpus or p['dataset'], runs) for corpus, _, runs in adapt_corpora(p, seed_list)] if 'adapt' in findings
+         else [])
 
 
 def without_random_orders():
@@ -616,11 +749,10 @@ def unigram_entropy(dataset):
 
 
 def other_unigrams(p, findings, seed_list):
-    """{run: the unigram entropy of its val text} for the runs on finding orders' second corpus."""
-    if 'orders' not in findings:
-        return {}
-    return {name: entropy for dataset, runs in order_corpora(p, seed_list)[1:]
-            for entropy in [unigram_entropy(dataset)] for names in runs.values() for name in names}
+    """{run: the unigram entropy of its val text} for the runs on findings orders' and adapt's second corpus."""
+    corpora = [(dataset, runs) for dataset, runs in scored_corpora(p, findings, seed_list) if dataset != p['dataset']]
+    entropies = {dataset: unigram_entropy(dataset) for dataset, _ in corpora}
+    return {name: entropies[dataset] for dataset, runs in corpora for names in runs.values() for name in names}
 
 
 # -----------------------------------------------------------------------------
@@ -643,7 +775,7 @@ class Measured:
 
     def curves(self, label, names, key):
         """A figure series: key's value at every evaluation the runs share, over the runs."""
-        records = [{r['iter']: r[key] for r in self.metrics(n)} for n in names]
+        records = [evaluations(self.folders[n], key) for n in names]
         iters = sorted(set.intersection(*(set(r) for r in records)))
         return label, iters, [[r[i] for r in records] for i in iters]
 
@@ -656,15 +788,16 @@ class Measured:
         return [n for n in names if self.own_loss(n) > self.unigrams.get(n, self.unigram) - STUCK]
 
     def own_loss(self, name):
-        """A run's final loss in its own objective: a fixed-order run's in its order; an arm of finding orders
-        trained on no random orders, left to right; else its kind's (its name's first part: mixed-rotary-s1 is
+        """A run's final loss in its own objective: a fixed-order run's in its order; an arm of findings orders and
+        adapt trained on no random orders, left to right; else its kind's (its name's first part: mixed-rotary-s1 is
         a mixed run)."""
         final = self.metrics(name)[-1]
         if name.startswith(('fixed', 'block')):
             return final['val_fixed']
-        if name.startswith('orders-'):
+        if name.startswith(('orders-', 'adapt-')):
             arm = order_arm(name)
-            return final['val_l2r'] if arm in without_random_orders() else own_loss(ORDER_ARMS[arm][1], final)
+            return final['val_l2r'] if arm in without_random_orders() else \
+                own_loss((ORDER_ARMS | ADAPT_ARMS)[arm][1], final)
         return own_loss(name.split('-')[0], final)
 
     def read(self, name, file):
@@ -685,6 +818,15 @@ class Measured:
     def point_figure(self, name, *args, **kw):
         point_figure(os.path.join(self.out_dir, name), *args, **kw)
         return name
+
+
+def evaluations(folder, key):
+    """{iteration: key's value} at a run's evaluations; a run started from a parent run's checkpoint (finding adapt)
+    after its parent's, its iterations counted on from the parent's last."""
+    path = os.path.join(folder, 'args.json')
+    parent = read_json(path).get('init_from') if os.path.exists(path) else None
+    before = evaluations(os.path.join(os.path.dirname(folder), parent), key) if parent else {}
+    return before | {max(before, default=0) + r['iter']: r[key] for r in read_metrics(folder)}
 
 
 NOT_JUDGED = 'not judged: a run it compares did not learn'
@@ -1095,40 +1237,17 @@ def order_results(m, p, runs, corpus=''):
     the GPT, the FIM GPT and the paper's mix (those of them whose arms ran): (figures, claims). runs: {arm: names};
     corpus: a second corpus, named in the figures' files and the claims."""
     label = {arm: text for arm, (text, _) in ORDER_ARMS.items()}
-    block = m.read(runs['paper'][0], 'gaps.json')['block_size']
-    spans = list(p['infill']['spans'])
-    inner = [L for L in spans if L < block]
-    both = {'gpt': 'left', 'encoder': 'revealed'}  # what each reads of a gap given both sides: a decoder 'gap_l2r'
-
-    def gap(name, L, column=None):
-        result = next(iter(m.read(name, 'gaps.json')['results'].values()))[f'span:{L}']['nll']
-        return result[column or both.get(order_arm(name), 'gap_l2r')]
-
-    def gaps(arm, column=None):  # each run's NLL per gap token given both sides (or column), over the inner spans
-        return [statistics.mean(gap(n, L, column) for L in inner) for n in runs[arm]]
-
-    def samples(arm, steps):  # each run's mean per-sample NLL and its rows at `steps`
-        rows = [next(r for r in m.read(n, 'gen_orders.json')['results'] if r['steps'] == steps) for n in runs[arm]]
-        return [statistics.mean(r['sample_nll']) for r in rows], rows
-    steps = [int(k) for k in p['orders']['gen']['steps'].split(',')]
+    spans, inner = list(p['infill']['spans']), inner_spans(m, p, runs['paper'][0])
+    gap = lambda name, L, column=None: gap_nll(m, name, L, column)
+    gaps = lambda arm, column=None: mean_gaps(m, runs[arm], inner, column)
+    samples = lambda arm, steps: sample_nlls(m, runs[arm], steps)
     sampled_in = lambda name: f"{m.read(name, 'gen_orders.json')['results'][0]['order']} order"
-    finals = lambda arm, key: m.finals(runs[arm], key)
     numbers = {}
     for arm in runs:
-        numbers |= {f"{label[arm]}: final val loss, {reading}": spread(finals(arm, key))
-                    for reading, key in (('left to right', 'val_l2r'), ('any order', 'val_ao'))}
-        numbers |= {f'{label[arm]}: gap NLL, span {L}, both sides': spread([gap(n, L) for n in runs[arm]])
-                    for L in spans}
-        if arm != 'encoder':
-            numbers |= {f'{label[arm]}: gap NLL, span {L}, left only': spread([gap(n, L, 'left') for n in runs[arm]])
-                        for L in spans}
-        numbers |= {f'{label[arm]}: {k} steps, gen PPL, entropy': spread_pair(samples(arm, k)[1]) for k in steps}
-    named = lambda file: file.replace('.png', f'_{corpus}.png' if corpus else '.png')
-    title = lambda text: f'{text} ({corpus})' if corpus else text
-    trade = m.point_figure(named('ours_orders.png'), title(FINDINGS['orders']),
-                           "final val left-to-right loss (nats/char)",
-                           f"gap NLL given both sides (nats/char; mean over spans {', '.join(map(str, inner))})",
-                           [(label[arm], finals(arm, 'val_l2r'), gaps(arm)) for arm in runs])
+        numbers |= arm_numbers(m, p, label[arm], runs[arm])
+    named, title = lambda file: corpus_file(file, corpus), lambda text: corpus_title(text, corpus)
+    trade = trade_off_figure(m, named('ours_orders.png'), title(FINDINGS['orders']), inner,
+                             [(label[arm], runs[arm]) for arm in runs])
     by_span = m.figure(named('ours_orders_gaps.png'), title('(Ours) Gap NLL by span, each arm'), 'span (tokens hidden)',
                        'NLL per gap token (nats)',
                        [(f'{label[arm]}, ' + ('left only' if arm == 'gpt' else 'both sides'), spans,
@@ -1139,13 +1258,11 @@ def order_results(m, p, runs, corpus=''):
                       [m.curves(label[arm], runs[arm], key) for arm in runs if arm != 'gpt'] +
                       [m.curves(f"{label['gpt']}, left only", runs['gpt'], f'{key}_left')])
     text = dict(tax=TAX, cost=AO_COST, floor=FLOOR, spans=', '.join(map(str, inner)))
-    within = lambda bound: lambda interval, _: ('holds' if interval.high < bound else 'does not hold'
-                                                if interval.low > bound else 'not resolvable at this size')
     non_inferior = lambda interval, floor: ('holds' if interval.low > -floor else 'does not hold'
                                             if interval.high < -floor else 'not resolvable at this size')
     stuck = lambda *arms: m.stuck([n for arm in arms for n in runs[arm]])
     decoders = [arm for arm in runs if arm not in ('gpt', 'encoder')]
-    said = lambda key, **kw: CLAIMS[key].format(**kw).replace('(Ours)', f'(Ours, on {corpus})' if corpus else '(Ours)')
+    said = lambda key, **kw: said_on(corpus, key, **kw)
     claims = [claim(said('orders tax', arm=label[arm], **text), numbers if arm == decoders[0] else {},
                     between_runs(m, runs[arm], 'val_l2r', runs['gpt'], 'val_l2r')[0], stuck=stuck(arm, 'gpt'),
                     decide=within(TAX)) for arm in decoders]
@@ -1166,8 +1283,148 @@ def order_results(m, p, runs, corpus=''):
                      decide=within(AO_COST)) for arm in decoders if arm != 'paper']
     claims += [claim(said('orders samples', arm=label[arm], steps=k, order=sampled_in(runs[arm][0])), {},
                      unpaired_interval(samples('paper', k)[0], samples(arm, k)[0]), stuck=stuck(arm, 'paper'))
-               for arm in runs if arm not in ('gpt', 'paper') for k in steps]
+               for arm in runs if arm not in ('gpt', 'paper') for k in order_steps(p)]
     return [trade, by_span, curves], claims
+
+
+# findings orders' and adapt's readings of their runs
+
+BOTH_SIDES = {'gpt': 'left', 'encoder': 'revealed'}  # what an arm reads of a gap given both sides: a decoder 'gap_l2r'
+
+
+def gap_nll(m, name, span, column=None):
+    """A run's NLL per gap token at a span (gaps.json): column's, else what its arm reads given both sides."""
+    result = next(iter(m.read(name, 'gaps.json')['results'].values()))[f'span:{span}']['nll']
+    return result[column or BOTH_SIDES.get(order_arm(name), 'gap_l2r')]
+
+
+def inner_spans(m, p, name):
+    """The preset's spans shorter than a run's block (a span of the whole block has no other side)."""
+    block = m.read(name, 'gaps.json')['block_size']
+    return [L for L in p['infill']['spans'] if L < block]
+
+
+def mean_gaps(m, names, spans, column=None):
+    """Each run's NLL per gap token given both sides (or column), averaged over the spans."""
+    return [statistics.mean(gap_nll(m, n, L, column) for L in spans) for n in names]
+
+
+def order_steps(p):
+    return [int(k) for k in p['orders']['gen']['steps'].split(',')]
+
+
+def sample_nlls(m, names, steps):
+    """Each run's mean per-sample NLL at `steps` (gen_orders.json), and its rows there."""
+    rows = [next(r for r in m.read(n, 'gen_orders.json')['results'] if r['steps'] == steps) for n in names]
+    return [statistics.mean(r['sample_nll']) for r in rows], rows
+
+
+def arm_numbers(m, p, label, names):
+    """An arm's numbers over its runs: its final losses, its gap NLLs at each span given both sides (and, but for the
+    encoder, from the left only), its samples' gen PPL and entropy at each number of steps."""
+    spans = p['infill']['spans']
+    numbers = {f'{label}: final val loss, {reading}': spread(m.finals(names, key))
+               for reading, key in (('left to right', 'val_l2r'), ('any order', 'val_ao'))}
+    numbers |= {f'{label}: gap NLL, span {L}, both sides': spread([gap_nll(m, n, L) for n in names]) for L in spans}
+    if order_arm(names[0]) != 'encoder':
+        numbers |= {f'{label}: gap NLL, span {L}, left only': spread([gap_nll(m, n, L, 'left') for n in names])
+                    for L in spans}
+    return numbers | {f'{label}: {k} steps, gen PPL, entropy': spread_pair(sample_nlls(m, names, k)[1])
+                      for k in order_steps(p)}
+
+
+def trade_off_figure(m, file, title, inner, points):
+    """Each arm's final left-to-right loss against its gap NLL given both sides (the mean over the inner spans);
+    points: [(label, run names)]."""
+    return m.point_figure(file, title, 'final val left-to-right loss (nats/char)',
+                          f"gap NLL given both sides (nats/char; mean over spans {', '.join(map(str, inner))})",
+                          [(label, m.finals(names, 'val_l2r'), mean_gaps(m, names, inner)) for label, names in points])
+
+
+def corpus_file(file, corpus):
+    """A figure's file on a corpus other than the preset's: named after it."""
+    return file.replace('.png', f'_{corpus}.png' if corpus else '.png')
+
+
+def corpus_title(text, corpus):
+    return f'{text} ({corpus})' if corpus else text
+
+
+def said_on(corpus, key, **kw):
+    """A claim's text, on a corpus other than the preset's: its (Ours) names it."""
+    return CLAIMS[key].format(**kw).replace('(Ours)', f'(Ours, on {corpus})' if corpus else '(Ours)')
+
+
+def within(bound):
+    """The verdict of an effect that should stay under bound: holds if the interval lies below it, does not hold if
+    above it."""
+    return lambda interval, _: ('holds' if interval.high < bound else 'does not hold' if interval.low > bound
+                                else 'not resolvable at this size')
+
+
+def finding_adapt(m, p, runs_dir):
+    """finding adapt on each corpus at the preset's size (the larger size's arms drawn beside the preset corpus's),
+    then the tax at the larger size against the preset's."""
+    settings = adapt_corpora(p, m.seed_list)
+    larger = next((size, runs) for _, size, runs in settings if size)
+    figures, claims = [], []
+    for corpus, size, runs in settings:
+        if not size:
+            more = adapt_results(m, p, runs, corpus, adapt_sweep_losses(p, runs_dir), None if corpus else larger)
+            figures, claims = figures + more[0], claims + more[1]
+    return figures, claims + size_claims(m, p, settings)
+
+
+def adapt_results(m, p, runs, corpus, sweep, larger=None):
+    """Each arm's numbers (as finding orders'), the trade-off figure and the losses over the whole budget, and each
+    adaptation's claims against the GPT (its gaps at each inner span, its tax) and the FIM mix (its any-order loss):
+    (figures, claims). runs: {arm: names}; corpus: a second corpus, named in the figures' files and the claims;
+    sweep: adapt_sweep_losses (the rates are chosen on the preset's corpus); larger: (size, {arm: names}) of the
+    larger size, drawn in the trade-off figure."""
+    label = {arm: text for arm, (text, _) in ADAPT_ARMS.items()}
+    inner = inner_spans(m, p, runs['fim-mix'][0])
+    rates = {arm: min(losses, key=losses.get) for arm, losses in sweep.items()}
+    numbers = {} if corpus else {f'{label[arm]}: learning rate {lr:g}, final val loss in the mixed objective': loss
+                                 for arm, losses in sweep.items() for lr, loss in losses.items()}
+    for arm in runs:
+        numbers |= arm_numbers(m, p, label[arm], runs[arm])
+    title = corpus_title(FINDINGS['adapt'], corpus)
+    points = [(label[arm], names) for arm, names in runs.items()]
+    trade = trade_off_figure(m, corpus_file('ours_adapt.png', corpus), title, inner, points + (
+        [(f'{label[arm]}, {larger[0]}', names) for arm, names in larger[1].items()] if larger else []))
+    budget = m.figure(corpus_file('ours_adapt_budget.png', corpus), f'{title}: the budget', 'iteration (of the budget)',
+                      f'{LOSS}, any order', [m.curves(text, names, 'val_ao') for text, names in points])
+    claims = []
+    for arm in ADAPTATIONS:
+        stuck = lambda other: m.stuck(runs[arm] + runs[other])
+        claims.append(claim(said_on(corpus, 'adapt tax', arm=label[arm], rate=rates[arm], tax=TAX),
+                            numbers if not claims else {},
+                            between_runs(m, runs[arm], 'val_l2r', runs['gpt'], 'val_l2r')[0], stuck=stuck('gpt'),
+                            decide=within(TAX)))
+        claims += [claim(said_on(corpus, 'adapt gaps', arm=label[arm], span=L), {},
+                         unpaired_interval([gap_nll(m, n, L, 'left') for n in runs['gpt']],
+                                           [gap_nll(m, n, L) for n in runs[arm]]), stuck=stuck('gpt')) for L in inner]
+        claims.append(claim(said_on(corpus, 'adapt ao', arm=label[arm], cost=AO_COST), {},
+                            between_runs(m, runs[arm], 'val_ao', runs['fim-mix'], 'val_ao')[0],
+                            stuck=stuck('fim-mix'), decide=within(AO_COST)))
+    return [trade, budget], claims
+
+
+def size_claims(m, p, settings):
+    """Each adaptation of the larger size: its tax (its left-to-right loss minus the GPT's of the same seed) at the
+    preset's size against the larger's, on each size's seeds; the FIM mix's taxes in the numbers."""
+    larger = p['adapt']['larger']
+    by_size = {size: runs for corpus, size, runs in settings if not corpus}
+    tax = lambda runs, arm: [a - g for a, g in zip(m.finals(runs[arm], 'val_l2r'), m.finals(runs['gpt'], 'val_l2r'))]
+    flags = ', '.join(f'{k}={v}' for k, v in larger['train'].items())
+    claims = []
+    for arm in [arm for arm in larger['arms'] if arm in ADAPTATIONS]:
+        numbers = {f"tax of {ADAPT_ARMS[a][0]}, {f'at {flags}' if size else 'at the preset size'}, per seed":
+                   tax(runs, a) for size, runs in by_size.items() for a in (arm, 'fim-mix')}
+        claims.append(claim(CLAIMS['adapt size'].format(arm=ADAPT_ARMS[arm][0], larger=flags), numbers,
+                            unpaired_interval(tax(by_size[''], arm), tax(by_size[larger['tag']], arm)),
+                            stuck=m.stuck([n for runs in by_size.values() for a in ('gpt', arm) for n in runs[a]])))
+    return claims
 
 
 def longer_claim(m, p):
@@ -1220,7 +1477,8 @@ def analyse(findings, p, m, chosen, runs_dir):
                                        {kind: gen_rows(m, kind) for kind in ('mixed', 'encoder')}),
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
                 'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context')),
-                'infill': lambda: finding_infill(m, p['infill']), 'orders': lambda: finding_orders(m, p)}
+                'infill': lambda: finding_infill(m, p['infill']), 'orders': lambda: finding_orders(m, p),
+                'adapt': lambda: finding_adapt(m, p, runs_dir)}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()
@@ -1257,14 +1515,20 @@ def dry_plan(p, findings, seed_list, kinds, n_sweep):
     """Print the runs after the sweep and the count: their settings wait for the sweep, their number does not
     (counted here as if every kind chose its first grid point)."""
     first = {kind: (grid_points(kind, p['grid'])[0], None, None) for kind in kinds}
-    planned, at_blocks = sweep_runs(p, kinds), None
+    planned, at_blocks, adapt_rates = sweep_runs(p, kinds), None, None
     if 'length' in findings:
         block_sweep = block_sweep_runs(p, first)
         print(f"then finding length's sweep at the longer blocks, {len(block_sweep)} runs: {', '.join(block_sweep)}")
         planned, n_sweep = planned | block_sweep, n_sweep + len(block_sweep)
         at_blocks = {(label, block): point for block, _ in p['lengths']
                      for label, (_, point) in length_entries(first, block, p['lengths'][0][0]).items()}
-    runs = seed_runs(p, findings, seed_list, first, planned, at_blocks)
+    if 'adapt' in findings:
+        adapt_sweep = adapt_sweep_runs(p, first)
+        print(f"then finding adapt's GPT parents and its sweep of the adaptations' learning rates, {len(adapt_sweep)} "
+              f"runs: {', '.join(adapt_sweep)}")
+        planned, n_sweep = planned | adapt_sweep, n_sweep + len(adapt_sweep)
+        adapt_rates = {arm: p['adapt']['grid'][0] for arm in ADAPTATIONS}
+    runs = seed_runs(p, findings, seed_list, first, planned, at_blocks, adapt_rates)
     new = [name for name, flags in runs.items() if not isinstance(flags, str)]
     print(f"then {len(new)} runs with the settings the sweeps choose: {', '.join(new)}; "
           f"{len(runs) - len(new)} more are runs above or there with the same flags "
@@ -1289,18 +1553,24 @@ def main():
         return
     ran = run_jobs(sweep, n_workers, p['threads'])
     chosen = {kind: choose(p, kind, runs_dir) for kind in kinds}
-    planned, at_blocks = sweep_runs(p, kinds), None
-    if 'length' in findings:  # its sweep at the longer blocks starts from the choices
+    planned, at_blocks, adapt_rates, trained = sweep_runs(p, kinds), None, None, sweep
+    # the sweeps that start from the choices: finding length's at the longer blocks, finding adapt's (after its parents)
+    if 'length' in findings:
         block_sweep = block_sweep_runs(p, chosen)
-        ran += run_jobs([train_job(name, p, flags, folder(name)) for name, flags in block_sweep.items()], n_workers,
-                        p['threads'])
+        jobs = [train_job(name, p, flags, folder(name)) for name, flags in block_sweep.items()]
+        ran, trained = ran + run_jobs(jobs, n_workers, p['threads']), trained + jobs
         planned, at_blocks = planned | block_sweep, choose_at_blocks(p, chosen, runs_dir)
-    runs = seed_runs(p, findings, seed_list, chosen, planned, at_blocks)
+    if 'adapt' in findings:
+        adapt_sweep = adapt_sweep_runs(p, chosen)
+        jobs = with_checkpoints([train_job(name, p, flags, folder(name)) for name, flags in adapt_sweep.items()])
+        ran, trained = ran + run_jobs(jobs, n_workers, p['threads']), trained + jobs
+        planned, adapt_rates = planned | adapt_sweep, choose_adapt(p, runs_dir)
+    runs = seed_runs(p, findings, seed_list, chosen, planned, at_blocks, adapt_rates)
     folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
     # the evaluations first in the list: each runs as soon as the runs it reads are trained, while its checkpoints exist
     evaluations = eval_jobs(findings, p, seed_list, folders)
     training = [train_job(name, p, flags, folders[name]) for name, flags in runs.items() if not isinstance(flags, str)]
-    ran += run_jobs(evaluations + training, n_workers, p['threads'])
+    ran += run_jobs(with_checkpoints(evaluations + training, trained), n_workers, p['threads'])
     m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']), other_unigrams(p, findings, seed_list))
     results = analyse(findings, p, m, chosen, runs_dir)
     trained = list(dict.fromkeys([folder(n) for n in planned] + list(folders.values())))

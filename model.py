@@ -64,6 +64,7 @@ class GPTConfig:
     target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
     architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
     position_encoding: str = 'learned'  # 'learned' (an added table), 'rotary' (queries at the target), ... (above)
+    gelu: str = 'none'  # the MLP's GELU: 'none' (exact) or 'tanh' (GPT-2's approximation: its converted weights)
 
     def __post_init__(self):
         if self.target_injection not in RECIPES:
@@ -86,6 +87,8 @@ class GPTConfig:
         if self.position_encoding == 'rotary_upper_layers' and self.n_layer < 2:
             raise ValueError("position_encoding='rotary_upper_layers' splits the layers: n_layer must be 2 or more, "
                              f"got {self.n_layer}")
+        if self.gelu not in GELUS:
+            raise ValueError(f'gelu must be one of {GELUS}, got {self.gelu!r}')
         if self.is_rotary and self.n_embd // self.n_head % 2:
             raise ValueError(f"position_encoding={self.position_encoding!r} turns pairs of channels: the head size "
                              f"n_embd / n_head ({self.n_embd // self.n_head}) must be even")
@@ -196,7 +199,7 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU()
+        self.gelu = nn.GELU(approximate=config.gelu)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -280,6 +283,7 @@ TARGET_INJECTIONS = tuple(RECIPES)
 ARCHITECTURES = ('decoder', 'encoder')
 DECODER_POSITIONS = ('rotary_plain', 'rotary_half_heads', 'rotary_upper_layers')  # a query at its own position
 POSITION_ENCODINGS = ('learned', 'rotary') + DECODER_POSITIONS
+GELUS = ('none', 'tanh')  # nn.GELU's approximate
 
 
 def build_model(config):

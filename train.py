@@ -34,12 +34,13 @@ from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchmarks import load_tokens, make_chunks, paper_chunks
-from checkpoints import checkpoint_tokens, load_weights_only, save_checkpoint
+from checkpoints import (CheckpointError, checkpoint_tokens, gpt2_checkpoint, is_gpt2, load_weights_only,
+                         save_checkpoint, training_record)
 from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, check_writable,
                     dataset_vocab, default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb,
                     read_checkpoint)
 from configurator import configure, setting_keys
-from model import ARCHITECTURES, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
+from model import ARCHITECTURES, GELUS, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from scoring import (check_gap_sizes, chunk_gap, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
                      left_gap_logprobs, parse_gaps)
 from training import (ORDER_MODES, make_ema, make_fixed_order, mix_stages, paper_mix, parse_mix, parse_stages,
@@ -55,7 +56,8 @@ eval_iters = 200
 eval_gaps = ''  # also each gap's val NLL given the rest, as eval_ppl.py --gaps, e.g. span:4,span:16 (on eval_iters x
 # batch_size val chunks)
 eval_only = False  # evaluate the checkpoint once and exit
-init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), or a checkpoint path / hf:...
+init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), a checkpoint path / hf:..., or
+# GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a folder saved by transformers (as sigma-GPT's recipe, checkpoints.py)
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
 # wandb logging
 wandb_log = False
@@ -75,8 +77,9 @@ order_block = 16  # 'block_random': size of the blocks shuffled within
 order_file = ''  # 'fixed_random': read the order from a .pt/.npy/.txt permutation of 0..block_size-1 instead
 order_mix = ''  # 'mixed': each family's share of the rows, e.g. 'l2r:0.1,fim:0.4,random:0.5' ('': random_ratio's)
 order_curriculum = 0  # 'mixed': iterations from all left to right to the mix, linearly (0: the mix from the start)
-order_stages = ''  # 'mixed': the shares in stages MIX@ITER/MIX@ITER/..., linear between them, e.g.
-# 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@300/l2r:0.1,fim:0.4,random:0.5@600' (replaces order_mix and order_curriculum)
+order_stages = ''  # 'mixed': the shares in stages MIX@ITER/MIX@ITER/..., linear between them (ITER: an iteration, or
+# a percentage of max_iters), e.g. 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@33%/l2r:0.1,fim:0.4,random:0.5@67%' (replaces
+# order_mix and order_curriculum)
 fim_max_span = 0  # 'fim' orders: a span of 1..fim_max_span tokens (0: block_size) read after the rest
 # model
 n_layer = 12
@@ -90,6 +93,7 @@ bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline), see model.py
 architecture = 'decoder'  # 'decoder' (the above) or 'encoder' (the masked diffusion model, trained on its NELBO)
 position_encoding = 'learned'  # 'learned' (the authors'), 'rotary' (queries at the target), or an ablation (model.py)
+gelu = 'none'  # the MLP's GELU: 'none' (exact) or 'tanh' (GPT-2's)
 mask_eps = 1e-3  # encoder: the masking levels t are drawn from [mask_eps, 1), as MDLM
 # AdamW
 learning_rate = 6e-4
@@ -131,7 +135,7 @@ check_settings(globals(), {
     # A start past ±10 has no use, and a huge one overflows float16 (max 65504): NaN before the first step
     'gate_init': (lambda v: -10 <= v <= 10, "in [-10, 10] (0 shuts adaLN's gates, 1 opens them)"),
     'peak_flops': above(0), 'order': one_of(*ORDER_MODES), 'target_injection': one_of(*TARGET_INJECTIONS),
-    'architecture': one_of(*ARCHITECTURES), 'position_encoding': one_of(*POSITION_ENCODINGS),
+    'architecture': one_of(*ARCHITECTURES), 'position_encoding': one_of(*POSITION_ENCODINGS), 'gelu': one_of(*GELUS),
     'mask_eps': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'val_dataset': (lambda v: v in ('', *VAL_SETS), f"'' (the dataset's val.bin) or one of {', '.join(VAL_SETS)}"),
 })
@@ -168,7 +172,7 @@ def read_stages():
         if given:
             fail(f'--order_stages gives the shares of every stage: drop --{given[0]}')
         try:
-            stages = parse_stages(order_stages)
+            stages = parse_stages(order_stages, max_iters)
         except ValueError as e:
             fail(e)
         if stages[-1][0] > max_iters:
@@ -258,8 +262,9 @@ if eval_only and init_from == 'scratch':
 if init_from != 'resume' and not eval_only and os.path.exists(ckpt_path) and not overwrite:
     fail(f'{ckpt_path} already exists: continue it with --init_from=resume, write elsewhere with '
          f'--out_dir=..., or replace it with --overwrite=True')
+from_gpt2 = is_gpt2(init_from)
 if init_from != 'scratch':
-    init_path = find_checkpoint(init_from, out_dir)
+    init_path = init_from if from_gpt2 else find_checkpoint(init_from, out_dir)
 
 # data: uint16 token memmaps; a sequence is block_size tokens read in a sampled order
 if not dataset:
@@ -374,13 +379,35 @@ def check_same_run(saved):
              f'and those settings, or start a new out_dir')
 
 
+def read_parent(path):
+    """The network and checkpoint a new run starts from: GPT-2 converted (checkpoints.gpt2_checkpoint), or ours."""
+    if not from_gpt2:
+        return read_checkpoint(path)
+    try:
+        checkpoint = gpt2_checkpoint(path)
+    except CheckpointError as e:
+        fail(e)
+    model = build_model(GPTConfig(**checkpoint['model_args']))
+    model.load_state_dict(checkpoint['model'])
+    return model, checkpoint
+
+
+def parent_record(path, checkpoint):
+    """What a run started from, for its checkpoint, metrics.jsonl and model card: the path, what trained it, and its
+    own parent."""
+    trained = training_record(checkpoint)
+    return dict(init_from=path, iterations=trained['iterations'], tokens=trained['tokens'], orders=trained['orders'],
+                parent=checkpoint.get('parent'))
+
+
 model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
                   vocab_size=vocab_size, dropout=dropout, cond_dim=cond_dim, target_init_std=target_init_std,
                   gate_init=gate_init, target_injection=target_injection, architecture=architecture,
-                  position_encoding=position_encoding)
+                  position_encoding=position_encoding, gelu=gelu)
 iter_num = 0
 evaluated_at = None  # the last iteration whose evaluation is in metrics.jsonl
 checkpoint = None
+parent = None  # a new run's parent_record
 vocab_note = ''
 fixed_order = explicit_order if explicit_order is not None else \
     make_fixed_order(order, block_size, order_block, torch.Generator().manual_seed(seed))
@@ -399,6 +426,7 @@ elif init_from == 'resume':
     model.train()
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's (no flag says otherwise)
     iter_num = checkpoint['iter_num']
+    parent = checkpoint.get('parent')
     evaluated_at = checkpoint.get('evaluated_at', iter_num)  # a run stopped before an evaluation evaluates on resume
     if checkpoint.get('world_size', ddp_world_size) != ddp_world_size:
         message = (f"{init_path} was trained by {checkpoint['world_size']} processes, now {ddp_world_size}: each "
@@ -411,7 +439,8 @@ elif init_from == 'resume':
     if explicit_order is not None and not torch.equal(explicit_order, fixed_order):
         fail(f'--order_file={order_file} is not the order {init_path} was trained with: resume without it')
 else:
-    pretrained, pretrained_checkpoint = read_checkpoint(init_path)  # its EMA weights and architecture
+    pretrained, pretrained_checkpoint = read_parent(init_path)  # its EMA weights and architecture
+    parent = parent_record(init_path, pretrained_checkpoint)
     vocab_note = check_vocab(checkpoint_tokens(pretrained_checkpoint, pretrained.config.vocab_size),
                              (data_vocab, data_size), dataset)
     check_model_settings(pretrained.config, free=('dropout', 'block_size'))
@@ -426,9 +455,10 @@ ordered = [k for k in ORDER_FLAGS if k in overridden]
 if model.config.is_encoder and ordered:  # its honest equivalent, masks of spans, is not built
     fail(f'the encoder trains on random masks (its NELBO), not on a mix of orders: drop --{ordered[0]}')
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
-    fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size})')
-if model.config.vocab_size < vocab_size:
-    fail(f'the model has {model.config.vocab_size} tokens but {dataset} needs {vocab_size}')
+    fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size}): use '
+         f'--block_size={model.config.block_size}' + ('' if init_from == 'resume' else ' or less'))
+if model.config.vocab_size < data_size:  # GPT-2's converted table is not padded (checkpoints.gpt2_checkpoint)
+    fail(f'the model has {model.config.vocab_size} tokens but {dataset} needs {data_size}')
 model.to(device)
 if master_process and vocab_note:
     print(vocab_note)
@@ -566,6 +596,7 @@ def checkpoint_now():
         'world_size': ddp_world_size,  # each process draws its own batches: another count is another run
         'vocab': data_vocab,  # what the token ids mean: 'gpt2' or the dataset's characters
         'config': config,
+        'parent': parent,  # the checkpoint a run started from (parent_record), or None
     }
 
 
@@ -682,12 +713,14 @@ while True:
             stop_on_nonfinite(f'EMA {name} loss', value)
         record = dict(iter=iter_num, elapsed=round(time.time() - start_time, 2), lr=lr,
                       tokens_per_sec=round(tokens_per_sec, 1), **losses)
+        if iter_num == 0 and parent is not None:  # a new run's first record says what it started from
+            record['parent'] = parent['init_from']
         with open(metrics_path, 'a') as f:
             f.write(json.dumps(record) + '\n')
         evaluated_at = iter_num
         if wandb_log:
             wandb.log(record)
-        if iter_num > 0:
+        if iter_num > 0 or max_iters == 0:  # --max_iters=0: the starting weights (e.g. GPT-2's, converted)
             save_checkpoint(checkpoint_now(), ckpt_path)
             saved_at = iter_num
             print(f'saved checkpoint to {out_dir}')

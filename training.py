@@ -45,17 +45,19 @@ def parse_mix(text, flag='--order_mix'):
 STAGES_EXAMPLE = 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@300/l2r:0.1,fim:0.4,random:0.5@600'
 
 
-def parse_stages(text):
-    """--order_stages as [(iteration, mix)]: knots MIX@ITER separated by '/', the first at iteration 0, the
-    iterations never decreasing; ValueError naming the problem."""
+def parse_stages(text, max_iters):
+    """--order_stages as [(iteration, mix)]: knots MIX@ITER separated by '/', ITER an iteration or a percentage of
+    max_iters (e.g. @50%), the first at iteration 0, the iterations never decreasing; ValueError naming the problem."""
     example = f'e.g. --order_stages={STAGES_EXAMPLE}'
     stages = []
     for knot in text.split('/'):
-        mix, at, iteration = knot.strip().rpartition('@')
-        if not at or not iteration.strip().isascii() or not iteration.strip().isdigit():
+        mix, at, when = knot.strip().rpartition('@')
+        number = when.strip().removesuffix('%')
+        if not at or not number.isascii() or not number.isdigit():
             raise ValueError(f'--order_stages: {knot.strip()!r} is not MIX@ITERATION (an iteration is a whole '
-                             f'number); {example}')
-        stages.append((int(iteration), parse_mix(mix, '--order_stages')))
+                             f'number, or a whole percentage of max_iters such as 50%); {example}')
+        iteration = round(int(number) * max_iters / 100) if when.strip().endswith('%') else int(number)
+        stages.append((iteration, parse_mix(mix, '--order_stages')))
     iterations = [i for i, _ in stages]
     if iterations[0] != 0:
         raise ValueError(f'--order_stages: the first stage must be at iteration 0, got {iterations[0]}; {example}')
@@ -90,7 +92,7 @@ def run_stages(config):
     if config.get('order', 'mixed') != 'mixed' or config.get('architecture') == 'encoder':
         return None
     if config.get('order_stages'):
-        return parse_stages(config['order_stages'])
+        return parse_stages(config['order_stages'], config.get('max_iters', 0))
     mix = parse_mix(config['order_mix']) if config.get('order_mix') else paper_mix(config.get('random_ratio', 0.9))
     return mix_stages(mix, config.get('order_curriculum', 0))
 

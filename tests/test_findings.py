@@ -597,3 +597,189 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     claims = findings.finding_orders(findings.Measured(folders, str(tmp_path), seeds, 9.0, other), p)[1]
     assert [c['claim'].startswith('(Ours, on prose)') for c in claims if c['verdict'] == findings.NOT_JUDGED] == \
         [True] * 8 and len(claims) > 8
+
+
+# -----------------------------------------------------------------------------
+# finding adapt
+
+ADAPT_RATES = {'half-staged': 1e-3, 'half-plain': 3e-4, 'cheap': 3e-3}
+
+
+def adapt_plan(findings):
+    p, seeds = findings.PRESETS['cpu'], [1337, 1, 2]
+    point = dict(learning_rate=3e-3, gate_init=1.0, position_encoding='rotary')
+    chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
+              (('mixed', 3e-3), ('l2r', 1e-2), ('encoder', 3e-3))}
+    return p, seeds, chosen
+
+
+def test_the_adaptations_start_from_their_parents_checkpoints():
+    import findings
+    p, seeds, chosen = adapt_plan(findings)
+    runs = findings.adapt_runs(p, chosen, seeds, ADAPT_RATES)
+    # each corpus: the GPT, the FIM mix, two parents and three adaptations a seed; the larger size: 4 runs a seed, 2 seeds
+    assert len(runs) == 2 * 3 * 7 + 2 * 4
+    orders = findings.order_runs(p, chosen, seeds)
+    for corpus in ('', '-wikitext2_char'):  # finding orders' runs, not trained again
+        assert {f'orders-{arm}{corpus}-s{s}' for arm in ('gpt', 'fim-mix') for s in seeds} <= runs.keys()
+        assert all(runs[name] == orders[name] for name in runs if name.startswith('orders-'))
+    parent = runs['adapt-parent-half-s2']
+    assert parent == orders['orders-gpt-s2'] | dict(max_iters=1000, lr_decay_iters=1000)
+    assert runs['adapt-parent-3q-s2'] == orders['orders-gpt-s2'] | dict(max_iters=1500, lr_decay_iters=1500)
+    staged, plain, cheap = (runs[f'adapt-{arm}-s2'] for arm in ('half-staged', 'half-plain', 'cheap'))
+    fim_gpt, fim_mix = 'l2r:0.5,fim:0.5', 'l2r:0.1,fim:0.4,random:0.5'
+    assert staged['order_stages'] == f'{fim_gpt}@0/{fim_gpt}@333/{fim_mix}@666' and staged['max_iters'] == 1000
+    assert cheap['order_stages'] == f'{fim_gpt}@0/{fim_gpt}@166/{fim_mix}@332' and cheap['lr_decay_iters'] == 500
+    assert plain['order_mix'] == fim_mix and 'order_stages' not in plain
+    assert staged['init_from'] == plain['init_from'] == 'adapt-parent-half-s2' and cheap['init_from'] == 'adapt-parent-3q-s2'
+    free = {'learning_rate', 'min_lr', 'max_iters', 'lr_decay_iters', 'order', 'order_stages', 'order_mix', 'seed',
+            'init_from'}  # what an adaptation may set afresh: the model is its parent's
+    for child in (staged, plain, cheap):
+        assert {k: v for k, v in child.items() if k not in free} == {k: v for k, v in parent.items() if k not in free}
+        assert child['order'] == 'mixed' and child['seed'] == 2 + findings.ADAPT_DRAWS
+        assert not {'random_ratio', 'order_curriculum'} & child.keys()
+    assert plain['learning_rate'] == 3e-4 and plain['min_lr'] == pytest.approx(3e-5)
+    wide = runs['adapt-half-staged-w256-s1']
+    assert wide == runs['adapt-half-staged-s1'] | dict(n_embd=256, init_from='adapt-parent-half-w256-s1')
+    assert runs['adapt-gpt-w256-s1'] == orders['orders-gpt-s1'] | dict(n_embd=256)
+    assert not any('w256' in name and name.endswith('-s2') for name in runs)  # the larger size: 2 seeds
+    assert runs['adapt-cheap-wikitext2_char-s1'] == runs['adapt-cheap-s1'] | dict(
+        dataset='wikitext2_char', init_from='adapt-parent-3q-wikitext2_char-s1')
+    job = findings.train_job('adapt-cheap-s1', p, runs['adapt-cheap-s1'], '/r/runs/adapt-cheap-s1')
+    assert job.argv[-1] == '--init_from=/r/runs/adapt-parent-3q-s1/ckpt.pt' and job.needs == ('/r/runs/adapt-parent-3q-s1',)
+    assert not any(arg.startswith('--init_from=adapt') for arg in job.argv)
+    assert job.settings['init_from'] == 'adapt-parent-3q-s1'  # a run's name, not a path: a moved folder is the same run
+
+
+def test_the_adaptations_first_seed_is_its_sweeps_choice_and_both_findings_share_their_runs():
+    import findings
+    p, seeds, chosen = adapt_plan(findings)
+    sweep = findings.adapt_sweep_runs(p, chosen)
+    assert list(sweep)[:2] == ['adapt-parent-half-s1337', 'adapt-parent-3q-s1337'] and len(sweep) == 2 + 3 * 3
+    assert sweep['adapt-sweep-cheap-lr0.0003']['learning_rate'] == 3e-4
+    planned = findings.sweep_runs(p, ['mixed', 'encoder', 'l2r']) | sweep
+    runs = findings.seed_runs(p, ['orders', 'adapt'], seeds, chosen, planned, adapt_rates=ADAPT_RATES)
+    assert runs['adapt-half-staged-s1337'] == 'adapt-sweep-half-staged-lr0.001'
+    assert runs['adapt-parent-half-s1337'] == 'adapt-parent-half-s1337'  # trained with the sweep: not planned again
+    assert isinstance(runs['adapt-parent-half-s1'], dict) and isinstance(runs['orders-fim-mix-s1'], dict)
+    folders = {name: f'runs/{flags if isinstance(flags, str) else name}' for name, flags in runs.items()}
+    jobs = findings.order_eval_jobs(p, seeds, folders, ['orders', 'adapt'])
+    assert len({job.log for job in jobs}) == len(jobs)  # a run of both findings evaluated once
+    gen = {job.name.split()[1]: job for job in jobs if job.name.startswith('gen-ppl')}
+    gaps = {job.name.split()[1] for job in jobs if job.name.startswith('gaps')}
+    assert not any('parent' in name for name in gaps | set(gen))  # the parents are not read
+    assert {'adapt-half-staged-s1337', 'adapt-cheap-wikitext2_char-s2', 'adapt-fim-mix-w256-s1'} <= gaps & set(gen)
+    assert '--out_dir=runs/adapt-sweep-half-staged-lr0.001' in gen['adapt-half-staged-s1337'].argv
+    assert '--scorer=runs/orders-gpt-s1337/ckpt.pt' in gen['adapt-half-staged-w256-s1'].argv  # one scorer a corpus
+    assert '--order=l2r' in gen['adapt-gpt-w256-s1'].argv and '--order=l2r' not in gen['adapt-cheap-s1'].argv
+    alone = findings.seed_runs(p, ['adapt'], seeds, chosen, planned, adapt_rates=ADAPT_RATES)
+    folders = {name: f'runs/{flags if isinstance(flags, str) else name}' for name, flags in alone.items()}
+    assert len(findings.order_eval_jobs(p, seeds, folders, ['adapt'])) == 2 * (2 * 3 * 5 + 2 * 3)  # gaps, samples
+
+
+def test_dry_run_lists_the_adapt_runs(capsys):
+    import findings
+    p, seeds, _ = adapt_plan(findings)
+    findings.dry_plan(p, ['adapt'], seeds, ['mixed', 'l2r'], 8)
+    out = capsys.readouterr().out
+    assert "finding adapt's GPT parents and its sweep of the adaptations' learning rates, 11 runs" in out
+    assert 'then 45 runs with the settings the sweeps choose' in out and '64 training runs in all' in out
+
+
+def test_a_finished_run_whose_checkpoint_is_gone_trains_again_for_the_job_that_reads_it(tmp_path):
+    import findings
+    p = findings.PRESETS['smoke']
+    flags = dict(max_iters=30, seed=1)
+    for name in ('parent', 'child'):  # both trained, as a committed run folder keeps them: no ckpt.pt
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'metrics.jsonl').write_text(json.dumps(dict(iter=30)) + '\n')
+    parent = findings.train_job('parent', p, flags, str(tmp_path / 'parent'))
+    child = findings.train_job('child', p, flags | dict(init_from='parent'), str(tmp_path / 'child'))
+    evaluation = findings.script_job('gaps child', 'eval_ppl.py', {}, str(tmp_path / 'child' / 'gaps.json'),
+                                     needs=[str(tmp_path / 'child')])
+    assert parent.done and child.done and not evaluation.done
+    jobs = findings.with_checkpoints([evaluation], earlier=[parent, child])
+    assert [job.name for job in jobs] == ['train parent again (a job reads its checkpoint, which is gone)',
+                                          'train child again (a job reads its checkpoint, which is gone)', 'gaps child']
+    assert not any(job.done for job in jobs) and '--init_from=resume' not in jobs[1].argv
+    (tmp_path / 'child' / 'ckpt.pt').write_bytes(b'')
+    assert findings.with_checkpoints([evaluation], earlier=[parent, child]) == [evaluation]
+
+
+def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
+    """Synthetic arms with known numbers: each adaptation's tax, gaps at each span, any-order cost, its rate chosen
+    by its sweep, the larger size's tax, on both corpora; the losses over the budget follow each adaptation's parent."""
+    import findings
+    smoke = findings.PRESETS['smoke']
+    p = smoke | dict(orders=smoke['orders'] | dict(second=dict(dataset='prose', arms=('gpt', 'paper', 'fim-mix'))),
+                     adapt=smoke['adapt'] | dict(grid=(1e-3, 1e-2)))
+    seeds, runs, folders = [1337, 1], tmp_path / 'runs', {}
+    # (l2r loss, any-order loss, gap NLL given both sides, from the left only, sample NLL), seed 1 adds 0.02
+    arms = {'gpt': (1.6, 4.0, 3.0, 1.5, 1.7), 'fim-mix': (1.95, 2.21, 1.3, 2.0, 3.1),
+            'half-staged': (1.7, 2.25, 1.3, 2.0, 3.0), 'half-plain': (1.8, 2.22, 1.4, 2.0, 3.0),
+            'cheap': (1.65, 2.4, 1.45, 1.9, 3.2)}
+    larger = {'gpt': (1.4, 3.9, 3.0, 1.3, 1.6), 'fim-mix': (1.7, 2.0, 1.2, 1.9, 3.0),
+              'half-staged': (1.45, 2.1, 1.2, 1.9, 3.0)}
+    for corpus, size, by_arm in (('', '', arms), ('prose', '', arms), ('', 'w64', larger)):
+        for i, s in enumerate(seeds):
+            for arm, numbers in by_arm.items():
+                name = findings.adapt_run(arm, s, corpus, size)
+                folders[name] = write_arm(runs, name, *(v + 0.02 * i for v in numbers))
+                if arm in findings.ADAPTATIONS:
+                    parent = findings.adapt_run('parent-' + findings.ADAPTATIONS[arm][0], s, corpus, size)
+                    (runs / name / 'args.json').write_text(json.dumps(dict(init_from=parent)))
+                    if not (runs / parent).exists():
+                        write_arm(runs, parent, 1.9, 3.5, 3.0, 2.0, 2.0)
+    for arm in findings.ADAPTATIONS:  # the sweep: 1e-3 wins for the cheap arm only (0.9 any order + 0.1 l2r)
+        for lr, ao in ((1e-3, 2.0 if arm == 'cheap' else 2.4), (1e-2, 2.2)):
+            (runs / findings.adapt_point(arm, lr)).mkdir()
+            (runs / findings.adapt_point(arm, lr) / 'metrics.jsonl').write_text(
+                json.dumps(dict(iter=15, val_ao=ao, val_l2r=2.0)) + '\n')
+    m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
+    figures, claims = findings.finding_adapt(m, p, str(runs))
+    assert figures == ['ours_adapt.png', 'ours_adapt_budget.png', 'ours_adapt_prose.png', 'ours_adapt_budget_prose.png']
+    assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
+    assert len(claims) == 2 * 3 * (1 + 2 + 1) + 1  # each corpus: each adaptation's tax, gaps at spans 1 and 4, cost
+    label = lambda arm: findings.ADAPT_ARMS[arm][0]
+    effect = lambda start: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
+                                if c['claim'].startswith(start))
+    assert effect(f'(Ours) {label("half-staged")} (adapted at learning rate 0.01,') == pytest.approx(0.1)
+    assert effect(f'(Ours) {label("cheap")} (adapted at learning rate 0.001,') == pytest.approx(0.05)
+    assert effect(f'(Ours, on prose) {label("half-plain")} (adapted at') == pytest.approx(0.2)
+    # the GPT's left side (1.5 + L/100) minus the arm's both sides (1.45 + L/100), at each span
+    assert effect(f'(Ours) {label("cheap")} fills gaps of 4 tokens') == pytest.approx(0.05)
+    assert effect(f'(Ours, on prose) {label("half-staged")} fills gaps of 1 tokens') == pytest.approx(0.2)
+    assert effect(f'(Ours) {label("half-plain")} keeps its any-order loss') == pytest.approx(0.01)
+    size = claims[-1]
+    assert size['claim'].startswith(f'(Ours) The tax of {label("half-staged")} shrinks with size') and \
+        'n_embd=64' in size['claim']
+    assert size['numbers']['effect [95% interval] (n)'].effect == pytest.approx(0.05)  # 0.1 at the smoke size, 0.05
+    first = claims[0]['numbers']
+    assert first[f'{label("cheap")}: learning rate 0.001, final val loss in the mixed objective'] == pytest.approx(2.0)
+    # the losses over the budget: the parent's evaluations (iterations 0, 30), then its adaptation's from the parent's
+    # last (its first evaluation: the parent's weights)
+    assert findings.evaluations(folders['adapt-cheap-s1'], 'val_ao') == pytest.approx(
+        {0: 3.5 + 1, 30: 2.42 + 1, 60: 2.42 + 1 / 31})
+
+
+@pytest.mark.slow
+def test_smoke_adapt_end_to_end(workdir, tmp_path, one_thread):
+    """--only=adapt at toy size: the kinds' sweeps, the GPT parents, the adaptations' sweep, their seeds from the
+    parents' checkpoints, the larger size, the evaluations, every claim."""
+    out = tmp_path / 'adapt'
+    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=adapt', cwd=workdir)
+    results = json.loads((out / 'results.json').read_text())
+    adapt = results['findings'][1]
+    assert adapt['finding'] == 'adapt' and adapt['title'].startswith('(Ours)')
+    assert len(adapt['claims']) == 3 * (1 + 2 + 1) + 1  # the smoke preset: one corpus, spans 1 and 4 inside the block
+    for claim in adapt['claims']:
+        interval = claim['numbers']['effect [95% interval] (n)']
+        assert claim['verdict'] in VERDICTS and interval['low'] <= interval['effect'] <= interval['high']
+    assert all((out / name).read_bytes().startswith(PNG) for name in adapt['figures'])
+    runs = out / 'runs'
+    args = json.loads((runs / 'adapt-cheap-s1' / 'args.json').read_text())
+    assert args['init_from'] == 'adapt-parent-3q-s1' and args['order_stages'].endswith('@4') and args['max_iters'] == 8
+    assert json.loads((runs / 'adapt-parent-3q-s1' / 'metrics.jsonl').read_text().splitlines()[-1])['iter'] == 22
+    assert 'adapt-half-staged-s1337' not in os.listdir(runs)  # its sweep's run
+    assert (runs / 'adapt-sweep-half-staged-lr0.01' / 'gen_orders.json').exists()
+    assert (runs / 'adapt-half-staged-w64-s1' / 'gaps.json').exists() and 'started' in result.stdout

@@ -106,7 +106,7 @@ STAGES = 'l2r:1@0/l2r:0.5,fim:0.5@100/l2r:0.5,fim:0.5@200/l2r:0.1,fim:0.4,random
 def test_stages_give_their_frequencies_at_each_iteration(iteration, expected):
     """Linear between stages, held after the last; of two stages at one iteration the later one (a step). The shares
     drawn: the frequencies of identity, FIM-shaped and other rows, against their exact probabilities."""
-    shares = shares_at(parse_stages(STAGES), iteration)
+    shares = shares_at(parse_stages(STAGES, 1000), iteration)
     assert shares == pytest.approx(parse_mix(expected))
     T, N = 8, 20000
     orders = sample_orders('mixed', N, T, torch.Generator().manual_seed(iteration), shares)
@@ -118,7 +118,7 @@ def test_stages_give_their_frequencies_at_each_iteration(iteration, expected):
 
 
 def test_a_staged_run_is_described_by_its_stages_and_ends_on_the_last():
-    config = dict(order='mixed', order_stages='l2r:1@0/l2r:0.1,fim:0.4,random:0.5@300')
+    config = dict(order='mixed', order_stages='l2r:1@0/l2r:0.1,fim:0.4,random:0.5@30%', max_iters=1000)
     assert run_mix(config) == parse_mix('l2r:0.1,fim:0.4,random:0.5')
     assert describe_orders(config) == 'in stages: 100% l2r at iteration 0; then 50% random, 10% l2r, 40% fim at ' \
                                       'iteration 300'
@@ -126,12 +126,18 @@ def test_a_staged_run_is_described_by_its_stages_and_ends_on_the_last():
 
 @pytest.mark.parametrize('bad, words', [
     ('l2r:1@5', 'iteration 0'), ('l2r:1@0/fim:1@10/random:1@5', 'go back'), ('l2r:1', 'MIX@ITERATION'),
-    ('l2r:1@٠', 'MIX@ITERATION'), ('l2r:1@1.5', 'whole number'), ('l2r:0.5@0', 'sum to 1'),
+    ('l2r:1@٠', 'MIX@ITERATION'), ('l2r:1@1.5', 'whole number'), ('l2r:1@0/fim:1@5.5%', 'percentage'), ('l2r:0.5@0', 'sum to 1'),
     ('l2r:٠.٥,fim:٠.٥@0', 'must be a number'), ('sideways:1@0', 'not an order family')])
 def test_bad_stages_are_named(bad, words):
     with pytest.raises(ValueError, match='--order_stages') as e:
-        parse_stages(bad)
+        parse_stages(bad, 1000)
     assert words in str(e.value)
+
+
+def test_stages_at_percentages_follow_max_iters():
+    stages = parse_stages('l2r:1@0/l2r:1@33%/fim:1@67%/random:1@100%', 300)
+    assert [i for i, _ in stages] == [0, 99, 201, 300]
+    assert parse_stages('l2r:1@0/fim:1@50%', 0) == [(0, parse_mix('l2r:1')), (0, parse_mix('fim:1'))]
 
 
 def test_mixes_name_their_families_and_shares_exactly():
