@@ -275,13 +275,18 @@ def mdm_ckpt(workdir):
     return 'out-mdm'
 
 
+def write_gpt2_dataset(workdir, name, n_train, n_val, seed):
+    """workdir/data/<name> as GPT-2 ids (synthetic_gpt2_ids, train from seed, val from seed + 1), no meta.pkl."""
+    folder = workdir / 'data' / name
+    folder.mkdir(parents=True, exist_ok=True)
+    synthetic_gpt2_ids(n_train, seed=seed).tofile(folder / 'train.bin')
+    synthetic_gpt2_ids(n_val, seed=seed + 1).tofile(folder / 'val.bin')
+
+
 @pytest.fixture(scope='session')
 def bpe_ckpt(workdir):
     """out_dir of a tiny GPT-2-BPE model trained briefly on data/webtext: synthetic ids, 200 chunks of 32 in val.bin."""
-    folder = workdir / 'data' / 'webtext'
-    folder.mkdir(parents=True, exist_ok=True)
-    synthetic_gpt2_ids(40_000, seed=1).tofile(folder / 'train.bin')
-    synthetic_gpt2_ids(6_410, seed=2).tofile(folder / 'val.bin')
+    write_gpt2_dataset(workdir, 'webtext', 40_000, 6_410, seed=1)
     train(workdir, 'out-bpe', '--dataset=webtext', '--max_iters=10', '--eval_interval=10', '--learning_rate=3e-3')
     return 'out-bpe'
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from checkpoints import load_checkpoint
-from conftest import (ROOT, TINY, TINY_RUN, metrics, one_line_error, run_here, says, stored_checkpoint,
-                      synthetic_gpt2_ids, train)
+from conftest import (ROOT, TINY_RUN, metrics, one_line_error, run_here, says, stored_checkpoint, train,
+                      write_gpt2_dataset)
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -37,10 +37,7 @@ def save_gpt2(folder, **shape):
 @pytest.fixture(scope='module')
 def bpe_data(workdir):
     """data/shakespeare as GPT-2 ids (synthetic), the fine-tuning recipe's dataset."""
-    folder = workdir / 'data' / 'shakespeare'
-    folder.mkdir(parents=True, exist_ok=True)
-    synthetic_gpt2_ids(20_000, seed=3).tofile(folder / 'train.bin')
-    synthetic_gpt2_ids(4_000, seed=4).tofile(folder / 'val.bin')
+    write_gpt2_dataset(workdir, 'shakespeare', 20_000, 4_000, seed=3)
     return 'shakespeare'
 
 
@@ -76,6 +73,30 @@ def test_converted_gpt2_reads_left_to_right_as_gpt2_after_endoftext(workdir, bpe
         theirs = gpt2(torch.cat([torch.full((3, 1), gpt2.config.bos_token_id), x], 1)).logits
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
     assert (ours - theirs).abs().max() < 1e-4
+
+
+def test_eval_ppl_scores_every_token_of_a_chunk_as_gpt2_after_endoftext(workdir, bpe_data, gpt2_folders, tmp_path):
+    """eval_ppl.py's left-to-right column of the converted GPT-2: each chunk's every token (the first too) as GPT-2
+    scores it after '<|endoftext|>' (its own row scores tokens 2..T with no <|endoftext|>: docs/evaluation.md)."""
+    import json
+
+    import numpy as np
+    import torch.nn.functional as F
+    from transformers import GPT2LMHeadModel
+    folder = gpt2_folders['gpt2']
+    convert(workdir, folder, 'out-gpt2-eval')
+    out = tmp_path / 'eval.json'
+    run_here('eval_ppl.py', '--out_dir=out-gpt2-eval', '--data_file=data/shakespeare/val.bin', '--max_chunks=3',
+             '--device=cpu', f'--out_json={out}', cwd=workdir)
+    nll = list(json.loads(out.read_text())['results'].values())[0]['chunk_nll']['l2r']
+    T = gpt2_positions(folder) - 1
+    chunks = torch.from_numpy(np.fromfile(workdir / 'data' / 'shakespeare' / 'val.bin', dtype=np.uint16)[:3 * T]
+                              .astype(np.int64)).view(3, T)
+    gpt2 = GPT2LMHeadModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = gpt2(torch.cat([torch.full((3, 1), gpt2.config.bos_token_id), chunks], 1)).logits[:, :T]
+    expected = F.cross_entropy(logits.flatten(0, 1), chunks.flatten(), reduction='none').view(3, T).mean(1)
+    assert nll == pytest.approx(expected.tolist(), abs=1e-5)
 
 
 def test_a_run_from_gpt2_records_its_parent_and_every_script_reads_it(workdir, bpe_data, gpt2_folders):
