@@ -359,7 +359,8 @@ def gpt2_gelu(c, name):
         ('scale_attn_weights=False', not c.scale_attn_weights),
         ('scale_attn_by_inverse_layer_idx=True', c.scale_attn_by_inverse_layer_idx),
         ('cross-attention', c.add_cross_attention),
-        (f'bos_token_id={c.bos_token_id}', not (isinstance(c.bos_token_id, int) and 0 <= c.bos_token_id < c.vocab_size)))
+        (f'bos_token_id={c.bos_token_id}',
+         not (isinstance(c.bos_token_id, int) and 0 <= c.bos_token_id < c.vocab_size)))
         if bad]
     if different:
         raise CheckpointError(f"{name} is a GPT-2 with {', '.join(different)}, which sigma-GPT's recipe does not "

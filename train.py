@@ -57,7 +57,7 @@ eval_gaps = ''  # also each gap's val NLL given the rest, as eval_ppl.py --gaps,
 # batch_size val chunks)
 eval_only = False  # evaluate the checkpoint once and exit
 init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), a checkpoint path / hf:..., or
-# GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a folder saved by transformers (as sigma-GPT's recipe, checkpoints.py)
+# GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a folder saved by transformers (sigma-GPT's recipe: checkpoints.py)
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
 # wandb logging
 wandb_log = False

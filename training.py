@@ -17,7 +17,7 @@ def paper_mix(random_ratio):
     return {'random': random_ratio, 'l2r': 1 - random_ratio, 'fim': 0.0}
 
 
-NUMBER = re.compile(r'[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)')  # plain ASCII decimals: float() also reads other scripts' digits
+NUMBER = re.compile(r'[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)')  # ASCII decimals: float() reads other scripts' digits too
 MIX_EXAMPLE = 'l2r:0.1,fim:0.4,random:0.5'
 
 

@@ -302,6 +302,38 @@ def tiny_gpt2(tmp_path_factory):
     return str(folder)
 
 
+def save_gpt2(folder, **shape):
+    """A small GPT-2 of random weights saved with save_pretrained: every weight and bias drawn at a scale where a wrong
+    GELU, a shifted position or an untransposed matrix moves the logits by far more than 1e-4."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(**dict(n_layer=2, n_head=2, n_embd=16, n_positions=40) | shape))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope='session')
+def gpt2_folder(tmp_path_factory):
+    """A small GPT-2 of GPT-2's shape (a tied head, its 50257 ids, the tanh GELU), 40 positions: the offline
+    stand-in for --init_from=gpt2."""
+    return save_gpt2(tmp_path_factory.mktemp('gpt2-shaped'))
+
+
+@pytest.fixture(scope='session')
+def bpe_shakespeare(workdir):
+    """data/shakespeare as GPT-2 ids (synthetic): the fine-tuning recipe's dataset."""
+    write_gpt2_dataset(workdir, 'shakespeare', 20_000, 4_000, seed=3)
+    return 'shakespeare'
+
+
+# a short run on bpe_shakespeare, whose settings GPT-2's converted model does not fix
+GPT2_RUN = ['--device=cpu', '--dtype=float32', '--compile=False', '--eval_iters=1', '--batch_size=2',
+            '--dataset=shakespeare']
+
+
 def peak_memory_run(script, *args, cwd):
     """Run a script to the end in a new process (run_forked's); return (its stdout, its peak RSS in MB, torch's
     import included)."""

@@ -1,49 +1,27 @@
 """OpenAI's GPT-2 as this repo's decoder (train.py --init_from=gpt2 or a folder saved by transformers;
 checkpoints.gpt2_checkpoint), exact against transformers' GPT2LMHeadModel for each shape option; a run started from
-a checkpoint (GPT-2's or a GPT of ours) and what it records; the fine-tuning recipe's first iterations; the bad
-inputs, each one line with nothing written."""
+a checkpoint (GPT-2's or a GPT of ours) and what it records; the fine-tuning recipe's first iterations. The bad
+starts are in test_inputs.py."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from checkpoints import load_checkpoint
-from conftest import (ROOT, TINY_RUN, metrics, one_line_error, run_here, says, stored_checkpoint, train,
-                      write_gpt2_dataset)
+from conftest import GPT2_RUN as RUN, ROOT, metrics, run_here, save_gpt2, stored_checkpoint, train
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 SHAPES = {'gpt2': {},  # GPT-2's own: a tied head, 50257 ids, the tanh GELU
           'padded': dict(vocab_size=50304), 'exact_gelu': dict(activation_function='gelu'),
           'wider': dict(n_layer=3, n_head=4, n_embd=32, n_positions=48)}
-RUN = ['--device=cpu', '--dtype=float32', '--compile=False', '--eval_iters=1', '--batch_size=2', '--dataset=shakespeare']
-
-
-def save_gpt2(folder, **shape):
-    """A GPT-2 of random weights saved with save_pretrained: every weight and bias drawn at a scale where a wrong
-    GELU, a shifted position or an untransposed matrix moves the logits by far more than 1e-4."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(**dict(n_layer=2, n_head=2, n_embd=16, n_positions=40) | shape))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-    model.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope='module')
-def bpe_data(workdir):
-    """data/shakespeare as GPT-2 ids (synthetic), the fine-tuning recipe's dataset."""
-    write_gpt2_dataset(workdir, 'shakespeare', 20_000, 4_000, seed=3)
-    return 'shakespeare'
-
-
-@pytest.fixture(scope='module')
-def gpt2_folders(tmp_path_factory):
-    return {name: save_gpt2(tmp_path_factory.mktemp(name), **shape) for name, shape in SHAPES.items()}
+def gpt2_folders(tmp_path_factory, gpt2_folder):
+    """{shape: a folder holding a small GPT-2 of that shape}: GPT-2's own is conftest's gpt2_folder."""
+    return {name: gpt2_folder if name == 'gpt2' else save_gpt2(tmp_path_factory.mktemp(name), **shape)
+            for name, shape in SHAPES.items()}
 
 
 def convert(workdir, folder, out_dir, *args):
@@ -58,7 +36,7 @@ def gpt2_positions(folder):
 
 
 @pytest.mark.parametrize('shape', SHAPES)
-def test_converted_gpt2_reads_left_to_right_as_gpt2_after_endoftext(workdir, bpe_data, gpt2_folders, shape):
+def test_converted_gpt2_reads_left_to_right_as_gpt2_after_endoftext(workdir, bpe_shakespeare, gpt2_folders, shape):
     """Our loader's model of train.py's converted checkpoint, read left to right, gives GPT-2's logits for
     '<|endoftext|>' + x at every slot: the start slot's are GPT-2's after <|endoftext|> alone."""
     from transformers import GPT2LMHeadModel
@@ -75,7 +53,8 @@ def test_converted_gpt2_reads_left_to_right_as_gpt2_after_endoftext(workdir, bpe
     assert (ours - theirs).abs().max() < 1e-4
 
 
-def test_eval_ppl_scores_every_token_of_a_chunk_as_gpt2_after_endoftext(workdir, bpe_data, gpt2_folders, tmp_path):
+def test_eval_ppl_scores_every_token_of_a_chunk_as_gpt2_after_endoftext(workdir, bpe_shakespeare, gpt2_folders,
+                                                                        tmp_path):
     """eval_ppl.py's left-to-right column of the converted GPT-2: each chunk's every token (the first too) as GPT-2
     scores it after '<|endoftext|>' (its own row scores tokens 2..T with no <|endoftext|>: docs/evaluation.md)."""
     import json
@@ -99,7 +78,7 @@ def test_eval_ppl_scores_every_token_of_a_chunk_as_gpt2_after_endoftext(workdir,
     assert nll == pytest.approx(expected.tolist(), abs=1e-5)
 
 
-def test_a_run_from_gpt2_records_its_parent_and_every_script_reads_it(workdir, bpe_data, gpt2_folders):
+def test_a_run_from_gpt2_records_its_parent_and_every_script_reads_it(workdir, bpe_shakespeare, gpt2_folders):
     folder = gpt2_folders['gpt2']
     convert(workdir, folder, 'out-gpt2-run', '--max_iters=3', '--eval_interval=3', '--order_mix=l2r:0.5,fim:0.5')
     checkpoint = stored_checkpoint(workdir, 'out-gpt2-run')
@@ -131,7 +110,7 @@ def test_a_run_from_a_gpt_starts_at_its_left_to_right_loss_and_records_it(workdi
     assert 'Started from `out-parent-gpt/ckpt.pt` (20 iterations' in card and 'in stages' in card
 
 
-def test_the_finetuning_recipe_runs_its_first_iterations_from_gpt2(workdir, bpe_data, gpt2_folders):
+def test_the_finetuning_recipe_runs_its_first_iterations_from_gpt2(workdir, bpe_shakespeare, gpt2_folders):
     folder = gpt2_folders['gpt2']
     run_here('train.py', os.path.join(ROOT, 'config', 'finetune_shakespeare.py'), f'--init_from={folder}',
              '--out_dir=out-finetune', '--block_size=32', '--batch_size=2', '--eval_iters=1', '--max_iters=3',
@@ -140,63 +119,3 @@ def test_the_finetuning_recipe_runs_its_first_iterations_from_gpt2(workdir, bpe_
     assert [r['iter'] for r in records] == [0, 3] and records[0]['parent'] == folder
     assert all(key in records[-1] for key in ('val_gap_span4', 'val_gap_span16_left'))
     assert stored_checkpoint(workdir, 'out-finetune')['config']['order_stages'].endswith('@67%')
-
-
-def bad_gpt2(tmp_path, **shape):
-    return save_gpt2(tmp_path / 'bad-gpt2', **shape)
-
-
-@pytest.mark.parametrize('shape, parts', [
-    (dict(tie_word_embeddings=False), ('an untied head', "sigma-GPT's recipe", 'only GPT-2')),
-    (dict(activation_function='relu'), ("activation_function='relu'",)),
-    (dict(n_inner=24), ('n_inner=24',)),
-])
-def test_gpt2_variants_the_recipe_cannot_hold_are_one_line(workdir, bpe_data, tmp_path, shape, parts):
-    folder = bad_gpt2(tmp_path, **shape)
-    says(one_line_error('train.py', *RUN, f'--init_from={folder}', '--out_dir=out-bad', '--max_iters=0', cwd=workdir),
-         folder, *parts)
-    assert not (workdir / 'out-bad' / 'ckpt.pt').exists()
-
-
-@pytest.fixture
-def kept_checkpoint(workdir, char_ckpt):
-    """A run folder holding a checkpoint: every bad start below leaves it byte for byte (--overwrite=True)."""
-    folder = workdir / 'out-kept'
-    folder.mkdir(exist_ok=True)
-    (folder / 'ckpt.pt').write_bytes((workdir / char_ckpt / 'ckpt.pt').read_bytes())
-    before = (folder / 'ckpt.pt').read_bytes()
-    yield ['--out_dir=out-kept', '--overwrite=True']
-    assert (folder / 'ckpt.pt').read_bytes() == before
-
-
-@pytest.mark.parametrize('args, parts', [
-    (['--dataset=shakespeare_char'], ('reads GPT-2 BPE tokens', 'shakespeare_char', '65-character')),
-    (['--n_layer=4'], ('--n_layer=4', 'n_layer=2', 'takes its model')),
-    (['--block_size=40'], ('--block_size=40', 'block_size 39', 'use --block_size=39 or less')),
-    (['--target_injection=adaln'], ('--target_injection=adaln', "target_injection=add", 'takes its model')),
-])
-def test_bad_starts_from_gpt2_are_one_line_and_keep_the_checkpoint(workdir, bpe_data, gpt2_folders, kept_checkpoint,
-                                                                   args, parts):
-    says(one_line_error('train.py', *RUN, f"--init_from={gpt2_folders['gpt2']}", '--max_iters=0', *kept_checkpoint,
-                        *args, cwd=workdir), *parts)
-
-
-@pytest.mark.parametrize('args, parts', [
-    (['--init_from=out-mdm/ckpt.pt', '--order_mix=l2r:0.5,fim:0.5'], ('encoder', 'drop --order_mix')),
-    (['--init_from=out-mdm/ckpt.pt', '--architecture=decoder'], ('--architecture=decoder', 'architecture=encoder')),
-    (['--init_from=out-char/ckpt.pt', '--block_size=64'], ('--block_size=64', 'block_size 32', 'or less')),
-])
-def test_bad_starts_from_our_checkpoints_are_one_line_and_keep_the_checkpoint(workdir, mdm_ckpt, kept_checkpoint,
-                                                                              args, parts):
-    says(one_line_error('train.py', *TINY_RUN, '--dataset=shakespeare_char', '--max_iters=0', *kept_checkpoint, *args,
-                        cwd=workdir), *parts)
-
-
-def test_gpt2_offline_without_a_copy_says_how_to_provide_it(workdir, bpe_data, kept_checkpoint, tmp_path):
-    """A fresh process with the Hub offline and an empty cache (huggingface_hub reads both when imported)."""
-    env = os.environ | dict(HF_HUB_OFFLINE='1', HF_HOME=str(tmp_path / 'empty-hf-home'))
-    out = subprocess.run([sys.executable, os.path.join(ROOT, 'train.py'), *RUN, '--init_from=gpt2', '--max_iters=0',
-                          *kept_checkpoint], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode != 0 and len(lines) == 1, out.stderr
-    says(lines[0], "could not load GPT-2's weights 'gpt2'", 'save_pretrained', '--init_from=gpt2-local')

@@ -3,7 +3,10 @@ import contextlib
 import io
 import json
 import math
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -410,3 +413,63 @@ def test_unreadable_checkpoint_is_one_line_on_stderr(workdir, files, path):
 def test_empty_dataset_names_the_folders(workdir):
     message = one_line_error('train.py', *conftest.TINY, '--dataset=', cwd=workdir)
     says(message, '--dataset is empty', 'name a folder of data/', 'shakespeare_char')
+
+
+# -----------------------------------------------------------------------------
+# a new run from GPT-2 or from a checkpoint of ours: each bad start one line, the checkpoint in out_dir kept
+
+@pytest.mark.parametrize('shape, parts', [
+    (dict(tie_word_embeddings=False), ('an untied head', "sigma-GPT's recipe", 'only GPT-2')),
+    (dict(activation_function='relu'), ("activation_function='relu'",)),
+    (dict(n_inner=24), ('n_inner=24',)),
+])
+def test_gpt2_variants_the_recipe_cannot_hold_are_one_line(workdir, bpe_shakespeare, tmp_path, shape, parts):
+    folder = conftest.save_gpt2(tmp_path / 'bad-gpt2', **shape)
+    says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={folder}', '--out_dir=out-bad', '--max_iters=0',
+                        cwd=workdir), folder, *parts)
+    assert not (workdir / 'out-bad' / 'ckpt.pt').exists()
+
+
+@pytest.fixture
+def kept_checkpoint(workdir, char_ckpt):
+    """A run folder holding a checkpoint: every bad start below leaves it byte for byte (--overwrite=True)."""
+    folder = workdir / 'out-kept'
+    folder.mkdir(exist_ok=True)
+    (folder / 'ckpt.pt').write_bytes((workdir / char_ckpt / 'ckpt.pt').read_bytes())
+    before = (folder / 'ckpt.pt').read_bytes()
+    yield ['--out_dir=out-kept', '--overwrite=True']
+    assert (folder / 'ckpt.pt').read_bytes() == before
+
+
+@pytest.mark.parametrize('args, parts', [
+    (['--dataset=shakespeare_char'], ('reads GPT-2 BPE tokens', 'shakespeare_char', '65-character')),
+    (['--n_layer=4'], ('--n_layer=4', 'n_layer=2', 'takes its model')),
+    (['--block_size=40'], ('--block_size=40', 'block_size 39', 'use --block_size=39 or less')),
+    (['--target_injection=adaln'], ('--target_injection=adaln', "target_injection=add", 'takes its model')),
+])
+def test_bad_starts_from_gpt2_are_one_line_and_keep_the_checkpoint(workdir, bpe_shakespeare, gpt2_folder,
+                                                                   kept_checkpoint, args, parts):
+    says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={gpt2_folder}', '--max_iters=0',
+                        *kept_checkpoint, *args, cwd=workdir), *parts)
+
+
+@pytest.mark.parametrize('args, parts', [
+    (['--init_from=out-mdm/ckpt.pt', '--order_mix=l2r:0.5,fim:0.5'], ('encoder', 'drop --order_mix')),
+    (['--init_from=out-mdm/ckpt.pt', '--architecture=decoder'], ('--architecture=decoder', 'architecture=encoder')),
+    (['--init_from=out-char/ckpt.pt', '--block_size=64'], ('--block_size=64', 'block_size 32', 'or less')),
+])
+def test_bad_starts_from_our_checkpoints_are_one_line_and_keep_the_checkpoint(workdir, mdm_ckpt, kept_checkpoint,
+                                                                              args, parts):
+    says(one_line_error('train.py', *conftest.TINY_RUN, '--dataset=shakespeare_char', '--max_iters=0',
+                        *kept_checkpoint, *args, cwd=workdir), *parts)
+
+
+def test_gpt2_offline_without_a_copy_says_how_to_provide_it(workdir, bpe_shakespeare, kept_checkpoint, tmp_path):
+    """A fresh process with the Hub offline and an empty cache (huggingface_hub reads both when imported)."""
+    env = os.environ | dict(HF_HUB_OFFLINE='1', HF_HOME=str(tmp_path / 'empty-hf-home'))
+    out = subprocess.run([sys.executable, os.path.join(conftest.ROOT, 'train.py'), *conftest.GPT2_RUN, '--init_from=gpt2',
+                          '--max_iters=0', *kept_checkpoint], cwd=workdir, env=env, capture_output=True, text=True,
+                         timeout=300)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1, out.stderr
+    says(lines[0], "could not load GPT-2's weights 'gpt2'", 'save_pretrained', '--init_from=gpt2-local')
