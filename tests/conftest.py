@@ -331,7 +331,7 @@ def bpe_shakespeare(workdir):
 
 # a short run on bpe_shakespeare, whose settings GPT-2's converted model does not fix
 GPT2_RUN = ['--device=cpu', '--dtype=float32', '--compile=False', '--eval_iters=1', '--batch_size=2',
-            '--dataset=shakespeare']
+            '--gradient_accumulation_steps=1', '--dataset=shakespeare']
 
 
 def peak_memory_run(script, *args, cwd):
