@@ -123,9 +123,10 @@ PRESETS = {
         # there too)
         orders=dict(train=dict(eval_gaps='span:4,span:16'), gen=dict(steps='16,64', num_samples=32, batch_size=32),
                     longer=4, longer_seeds=2, second=dict(dataset='wikitext2_char', arms=('gpt', 'paper', 'fim-mix'))),
-        # finding adapt: the adaptations' learning rates (min_lr a tenth) swept on the first seed; the larger size
-        # (about 4x the parameters): its tag in the run names, its flags, seeds and arms, at the rates chosen here
-        adapt=dict(grid=(3e-4, 1e-3, 3e-3), larger=dict(tag='w256', train=dict(n_embd=256), seeds=2,
+        # finding adapt: the adaptations' learning rates (min_lr a tenth) swept on the first seed, the kinds' grid and
+        # lower (a model that starts trained may want less); the larger size (about 4x the parameters): its tag in the
+        # run names, its flags, seeds and arms, at the rates chosen here
+        adapt=dict(grid=(3e-4, 1e-3, 3e-3, 1e-2), larger=dict(tag='w256', train=dict(n_embd=256), seeds=2,
                                                         arms=('gpt', 'fim-mix', 'half-staged'))),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
