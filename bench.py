@@ -69,8 +69,8 @@ from checkpoints import token_count
 from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, find_checkpoint, parse_list,
                     peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
 from configurator import configure
-from engine import (Engine, Forward, Sampling, Speculation, auto_k, compile_decoding, generate, generate_many,
-                    sample_tokens, step_sizes)
+from engine import (Engine, Forward, Sampling, Speculation, auto_k, compile_decoding, count_of, generate,
+                    generate_many, sample_tokens, step_sizes)
 from model import GPTConfig, build_model
 from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
 from training import training_inputs
@@ -112,9 +112,9 @@ def check_inputs():
         **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size',
                          'train_steps', 'rounds', 'sample_block_size'], at_least(1)),
         'run': (lambda v: v and set(v.split(',')) <= set(BENCHES), f"a comma list of {', '.join(BENCHES)}"),
-        'sample_steps': (lambda v: all(s.isdecimal() and 1 <= int(s) <= sample_block_size for s in v.split(',')),
+        'sample_steps': (lambda v: all(1 <= count_of(s) <= sample_block_size for s in v.split(',')),
                          f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
-        'speculate_k': (lambda v: all(s == 'auto' or (s.isdecimal() and int(s) >= 1) for s in v.split(',')),
+        'speculate_k': (lambda v: all(s == 'auto' or count_of(s) for s in v.split(',')),
                         "a comma list of ints >= 1 and 'auto'"),
         'speculate_tokens': at_least(1), 'step_tokens': at_least(1),
     })
@@ -349,7 +349,7 @@ def bench_long():
     if authors_dir:
         samplers['authors'] = functools.partial(authors_generator(eager), torch.zeros(batch_size, T))
     rows = []
-    for n_steps in [int(s) for s in sample_steps.split(',')]:
+    for n_steps in [count_of(s) for s in sample_steps.split(',')]:
         s = median_seconds({name: functools.partial(fn, n_steps) for name, fn in samplers.items()})
         rows.append([n_steps] + [f'{s[name]:.2f}s' for name in samplers] +
                     [f"{s['authors'] / s[name]:.2f}x" for name in ('eager', 'compiled') if 'authors' in s] +
@@ -412,7 +412,7 @@ def bench_sampling():
         return time.perf_counter() - t0
 
     seconds(8), seconds(8, cached=False)  # warm up
-    all_steps = [int(s) for s in sample_steps.split(',')]
+    all_steps = [count_of(s) for s in sample_steps.split(',')]
     print(f'sampling: {model.get_num_params() / 1e6:.1f}M params, batch {batch_size} x {T}, {device} {dtype}')
     print(f'  {"steps":>6} {"cached":>9} {"no cache":>9} {"speedup":>8}')
     for n_steps in all_steps:
@@ -471,7 +471,7 @@ def bench_architectures():
         sync()
         return time.perf_counter() - t0
 
-    all_steps = [int(s) for s in sample_steps.split(',')]
+    all_steps = [count_of(s) for s in sample_steps.split(',')]
     for model in samplers.values():
         for n_steps in all_steps if compile else all_steps[:1]:  # warm-up (compiled: each step count's graphs)
             sample(model, n_steps)
@@ -507,8 +507,8 @@ def bench_speculation():
             compile_decoding(model, dtype)
         T = min(speculate_tokens, model.config.block_size)
         rows = []
-        for top_p, order, batch in itertools.product(map(float, speculate_top_p.split(',')), ('random', 'l2r'),
-                                                     sorted({1, batch_size})):
+        top_ps = parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
+        for top_p, order, batch in itertools.product(top_ps, ('random', 'l2r'), sorted({1, batch_size})):
             rows += speculation_rows(model, n_tokens, T, Sampling(top_p=top_p), order, batch)
         print(f'speculative decoding: {what}, {model.get_num_params() / 1e6:.1f}M params, vocabulary {n_tokens:,}, '
               f'{T} tokens per sample, 4 batches of samples, {device} {dtype}; median of {rounds} rounds; one token '
@@ -527,7 +527,7 @@ def speculation_rows(model, n_tokens, T, sampling, order, batch):
                       order=order, generator=torch.Generator(device).manual_seed(seed), n_tokens=n_tokens, speculate=k,
                       stats=stats)
 
-    ks = {name: auto_k(model, order, batch) if name == 'auto' else int(name) for name in speculate_k.split(',')}
+    ks = {name: auto_k(model, order, batch) if name == 'auto' else count_of(name) for name in speculate_k.split(',')}
     seconds = median_seconds({k: lambda k=k: run(k) for k in {0, *ks.values()}})
     rows = []
     for name, k in ks.items():

@@ -170,6 +170,8 @@ def save_folder(model, config, card, folder):
     save_model(model, os.path.join(tmp, 'model.safetensors'))
     with open(os.path.join(tmp, 'config.json'), 'w', encoding='utf-8') as f:
         json.dump(config, f, indent=1)
+    # safetensors writes its file for its owner alone (0600): as readable as a file written here (the umask's)
+    shutil.copymode(os.path.join(tmp, 'config.json'), os.path.join(tmp, 'model.safetensors'))
     with open(os.path.join(tmp, 'README.md'), 'w', encoding='utf-8') as f:
         f.write(card)
     for name in FOLDER_CODE:

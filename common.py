@@ -5,7 +5,6 @@ of sample.py and gen_ppl.py, small file readers, scripts run in processes that s
 """
 import atexit
 import json
-import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -23,7 +22,8 @@ from torch.nn import functional as F
 
 from checkpoints import (GPT2_VOCAB, CheckpointError, checkpoint_path, checkpoint_tokens, checkpoint_vocab,
                          is_hf_folder, load_checkpoint, training_record, weights_read)
-from engine import CONFIDENCES, ORDERS, SCHEDULES, TOP_P_MODES, Sampling, auto_k, check_order, parse_infill
+from engine import (DECODING_RULES, Sampling, check_order, check_rules, check_speculation, decoding_steps, parse_infill,
+                    parse_number)
 from scoring import encoder_gap_nlls, encoder_l2r_logprobs, known_first_nlls, left_nlls, order_logprobs
 from training import run_mix
 
@@ -47,14 +47,10 @@ def fail(message):
 def check_settings(namespace, rules, flag='--{}'):
     """Fail with one line on the first setting that breaks its rule; rules: {key: (test, what)}; flag names a
     setting as its user wrote it (a script's --key, the harness's model_args)."""
-    for key, (test, what) in rules.items():
-        value = namespace[key]
-        try:
-            ok = test(value)
-        except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
-            ok = False
-        if not ok:
-            fail(f'{flag.format(key)} must be {what}, got {value!r}')
+    try:
+        check_rules(namespace, rules, flag)
+    except ValueError as e:
+        fail(e)
 
 
 def at_least(low):
@@ -338,15 +334,12 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
 
 
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
-    'order': one_of(*ORDERS), 'confidence': one_of(*CONFIDENCES), 'schedule': one_of(*SCHEDULES),
-    'top_k': optional_int(1), 'top_p_mode': one_of(*TOP_P_MODES), 'sample_dtype': one_of(*SAMPLE_DTYPES),
-    'max_new_tokens': optional_int(1),
-    'speculate': (lambda v: v in (None, 'auto') or (type(v) is int and v >= 0),
-                  "an int >= 0 (drafts per forward) or 'auto'"),
+    **{k: DECODING_RULES[k] for k in ('order', 'confidence', 'schedule', 'top_k', 'top_p_mode', 'speculate')},
+    'sample_dtype': one_of(*SAMPLE_DTYPES), 'max_new_tokens': optional_int(1),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
 }
-TEMPERATURE_RULE = (lambda v: v >= 0, '>= 0 (0 is greedy)')
-TOP_P_RULE = (lambda v: 0 < v <= 1, 'in (0, 1]')
+TEMPERATURE_RULE = DECODING_RULES['temperature']
+TOP_P_RULE = DECODING_RULES['top_p']
 
 
 def check_sampling(settings):
@@ -365,21 +358,15 @@ def parse_list(key, text, cast, rule):
     values = []
     for entry in str(text).split(','):
         try:
-            value = cast(entry.strip())
-        except ValueError:
+            value = parse_number(entry.strip(), cast)
+        except ValueError as e:
             fail(f"--{key} takes a comma list of {'ints' if cast is int else 'numbers'} such as "
-                 f"{'64,128' if cast is int else '1.0,0.7'}; {entry.strip()!r} is not one")
+                 f"{'64,128' if cast is int else '1.0,0.7'}; {e}")
         test, what = rule
         if not test(value):
             fail(f'--{key} entries must be {what}, got {value!r}')
         values.append(value)
     return values
-
-
-def speculation_k(k, model, order, batch_size):
-    """--speculate as the int k it means for a model: 'auto' engine.auto_k's for the order and the rows of a batch
-    (batch_size), None 0."""
-    return auto_k(model, order, batch_size) if k == 'auto' else k or 0
 
 
 def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):
@@ -409,32 +396,34 @@ def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, 
 
 
 def check_steps(steps, n, order='random', speculate=0, flag='--{}'):
-    """The number of decoding steps for n tokens: steps, or n (one token per step) for None; at most
-    n, but any number with the ancestral rule (a step may reveal nothing); none given with speculate.
-    flag names a setting as its user wrote it (see check_settings)."""
-    check_speculation_steps(steps, speculate, flag)
-    n_steps = n if steps is None else steps
-    most = math.inf if order == 'ancestral' else n
-    if type(n_steps) is not int or not 1 <= n_steps <= most:
-        fail(f"{flag.format('steps')} must be an int from 1 to the {n} tokens to generate (any number with "
-             f"{flag.format('order')}=ancestral), got {steps!r}")
-    return n_steps
+    """engine.decoding_steps for a script: the number of decoding steps for n tokens, or its one-line error."""
+    try:
+        return decoding_steps(steps, n, order, speculate, flag)
+    except ValueError as e:
+        fail(e)
 
 
 def check_speculation_steps(steps, speculate, flag='--{}'):
-    """Fail if steps are given with speculative decoding (k = speculate > 0, 'auto' resolved)."""
-    if speculate and steps is not None:
-        fail(f"{flag.format('steps')}={steps} with {flag.format('speculate')}: speculative decoding draws the samples "
-             f"of one token per step, and its forwards follow from k and the drafts kept; drop {flag.format('steps')}")
+    """engine.check_speculation for a script: fail if steps are given with speculative decoding."""
+    try:
+        check_speculation(steps, speculate, flag)
+    except ValueError as e:
+        fail(e)
 
 
-def infill_order(order, given, checkpoint, model, infill):
-    """The order an infill decodes in: --order when given; else, for a decoder trained on FIM orders, left to right
-    (the known tokens read first, then the gaps left to right: how it was trained to fill one), said in one line."""
-    if not infill or 'order' in given or model.config.is_encoder:
+def decoding_order(order, given, checkpoint, model, infill):
+    """The order a decoder decodes in: --order when given; else left to right, said in one line, for one trained left
+    to right only (it never learned another order), and for an infill of one trained on FIM orders (the known tokens
+    read first, then the gaps left to right: how it was trained to fill one)."""
+    if 'order' in given or model.config.is_encoder:
         return order
-    mix = run_mix(training_record(checkpoint)['config'])
-    if not mix or not mix['fim']:
+    config = training_record(checkpoint)['config']
+    if config.get('order') == 'l2r':
+        print('note: decoding left to right (order=l2r): the model was trained left to right only; --order sets '
+              'another')
+        return 'l2r'
+    mix = run_mix(config)
+    if not infill or not mix or not mix['fim']:
         return order
     print(f"order: l2r, each gap left to right after the known tokens: the model trained on FIM orders "
           f"({training_record(checkpoint)['orders']}); --order sets another")

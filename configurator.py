@@ -18,7 +18,8 @@ Arguments are applied left to right, so a later one wins:
   default (a str stays as typed, a None default goes through ast.literal_eval)
 - a whole number written as a float (1e3, 1000.0) is an int wherever the default is an int or None
   (a None default stands for an optional int: top_k, steps, ...), in a file or a flag alike; 1.5 is
-  refused where an int is expected
+  refused where an int is expected; numbers are read by engine.parse_number, the reader of every setting and
+  template, in ASCII digits only (int() and float() also read other scripts' digits, such as '٥')
 - --key alone sets a bool setting to True
 - --help or -h lists every setting with its default and exits; any other -x is an error
 
@@ -33,6 +34,7 @@ import os
 import sys
 
 from common import fail, rank
+from engine import parse_number, whole
 
 PLAIN_TYPES = (int, float, bool, str, type(None))
 DATA_TYPES = (list, tuple, dict, set)  # never silently dropped, whatever their name
@@ -126,23 +128,12 @@ def parse_text(key, text, default, flag='--{}'):
         if word not in TRUE_WORDS | FALSE_WORDS:
             fail(f'{flag.format(key)} expects a bool (true/false), got {text!r}')
         return word in TRUE_WORDS
-    if isinstance(default, int):
+    if isinstance(default, (int, float)):  # engine.parse_number: ASCII digits, an int also as 2e5 (iteration counts)
+        kind = type(default)
         try:
-            return int(text)
-        except ValueError:
-            pass
-        try:
-            number = whole(float(text))  # scientific notation such as 2e5 is handy for iteration counts
-        except ValueError:
-            number = None
-        if not isinstance(number, int):
-            fail(f'{flag.format(key)} expects an int, got {text!r}')
-        return number
-    if isinstance(default, float):
-        try:
-            number = float(text)
-        except ValueError:
-            number = math.nan
+            number = parse_number(text, kind)
+        except ValueError as e:
+            fail(f'{flag.format(key)} expects {article(kind.__name__)}: {e}')
         if not math.isfinite(number):
             fail(f'{flag.format(key)} expects a finite float, got {text!r}')
         return number
@@ -152,12 +143,6 @@ def parse_text(key, text, default, flag='--{}'):
         return whole(ast.literal_eval(text))
     except (ValueError, SyntaxError):
         return text
-
-
-def whole(value):
-    """A float that is a whole number (1000.0, 1e3) as that int, the one rule for ints written as floats;
-    any other value as it is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def check_value(name, value, default):

@@ -279,6 +279,60 @@ def auto_k(model, order, batch_size):
     return one if batch_size == 1 else many
 
 
+def speculation_k(k, model, order, batch_size):
+    """speculate (None, 'auto' or k) as the int k it means for a model: 'auto' auto_k's for the order and the rows of
+    a batch (batch_size), None 0."""
+    return auto_k(model, order, batch_size) if k == 'auto' else k or 0
+
+
+# what generate's options must be, as (test, what): sample.py checks them as settings, a model folder's sample() as
+# arguments
+DECODING_RULES = {
+    'order': (lambda v: v in ORDERS, f"one of {', '.join(ORDERS)}"),
+    'schedule': (lambda v: v in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
+    'confidence': (lambda v: v in CONFIDENCES, f"one of {', '.join(CONFIDENCES)}"),
+    'top_p_mode': (lambda v: v in TOP_P_MODES, f"one of {', '.join(TOP_P_MODES)}"),
+    'temperature': (lambda v: v >= 0, '>= 0 (0 is greedy)'),
+    'top_k': (lambda v: v is None or (type(v) is int and v >= 1), 'None or an int >= 1'),
+    'top_p': (lambda v: 0 < v <= 1, 'in (0, 1]'),
+    'speculate': (lambda v: v in (None, 'auto') or (type(v) is int and v >= 0),
+                  "an int >= 0 (drafts per forward) or 'auto'"),
+}
+
+
+def check_rules(values, rules, flag='{}'):
+    """Raise ValueError naming the first value that breaks its rule; rules: {key: (test, what)}; flag names a value
+    as its user wrote it (a script's --key, an argument's key)."""
+    for key, (test, what) in rules.items():
+        try:
+            ok = test(values[key])
+        except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
+            ok = False
+        if not ok:
+            raise ValueError(f'{flag.format(key)} must be {what}, got {values[key]!r}')
+
+
+def decoding_steps(steps, n, order='random', speculate=0, flag='{}'):
+    """The number of decoding steps for n tokens: steps, or n (one token per step) for None; at most n, but any
+    number with the ancestral rule (a step may reveal nothing); none given with speculate (k > 0). ValueError
+    otherwise, flag naming a value as its user wrote it."""
+    check_speculation(steps, speculate, flag)
+    n_steps = n if steps is None else steps
+    most = math.inf if order == 'ancestral' else n
+    if type(n_steps) is not int or not 1 <= n_steps <= most:
+        raise ValueError(f"{flag.format('steps')} must be an int from 1 to the {n} tokens to generate (any number "
+                         f"with {flag.format('order')}=ancestral), got {steps!r}")
+    return n_steps
+
+
+def check_speculation(steps, speculate, flag='{}'):
+    """ValueError if steps are given with speculative decoding (k = speculate > 0, 'auto' resolved)."""
+    if speculate and steps is not None:
+        raise ValueError(f"{flag.format('steps')}={steps} with {flag.format('speculate')}: speculative decoding draws "
+                         f"the samples of one token per step, and its forwards follow from k and the drafts kept; "
+                         f"drop {flag.format('steps')}")
+
+
 def compile_forward(model):
     """torch.compile the forward that scoring runs, with dynamic shapes (the chunks' slots vary in number)."""
     name = 'forward_masked' if model.config.is_encoder else 'forward_slots'
@@ -432,25 +486,63 @@ def confidence_scores(logits, kind):
     return logp.max(-1).values.exp() if kind == 'maxprob' else (logp.exp() * logp).sum(-1)
 
 
+def whole(value):
+    """A float that is a whole number (1000.0, 1e3) as that int, the one rule for ints written as floats; any other
+    value as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def parse_number(text, kind=float):
+    """The number that text writes, the one reader of numbers in settings and templates: kind=int takes a whole
+    number, also written as a float (2e5). ASCII only: int() and float() also read other scripts' digits ('٥' is 5).
+    ValueError naming what is wrong, every other character included."""
+    what = 'a whole number' if kind is int else 'a number'
+    others = sorted({c for c in text if not c.isascii()})
+    if others:
+        raise ValueError(f"{text!r} holds {', '.join(f'{c!r} (U+{ord(c):04X})' for c in others)}, not ASCII: write "
+                         f"{what} with the digits 0-9")
+    try:
+        return kind(text)  # an int exactly, however long
+    except ValueError:
+        pass
+    try:
+        number = whole(float(text))  # an int written as a float
+    except ValueError:
+        number = None
+    if type(number) is not kind:
+        raise ValueError(f'{text!r} is not {what}')
+    return number
+
+
 def parse_infill(template, marker, encode):
     """Token ids and a known-mask (lists) for an infill template, whose text encode() turns into ids: marker is one
-    masked token, and with a count before its last character (e.g. [MASK:5]) that many."""
+    masked token, and with a count before its last character (e.g. [MASK:5]) that many. ValueError naming every bad
+    count."""
     pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
-    ids, known, at = [], [], 0
-    for match in re.finditer(pattern, template):
-        text = encode(template[at:match.start()])
-        count = match.group(1)
-        if count is not None and not (count.isdecimal() and int(count) >= 1):
-            raise ValueError(f'{match.group(0)} in the infill template: a masked span needs a whole number of tokens, '
-                             f'at least one (as in {marker[:-1]}:5{marker[-1]})')
-        count = int(count or 1)
-        ids += text + [0] * count
-        known += [True] * len(text) + [False] * count
-        at = match.end()
-    if not known:
+    parts = re.split(pattern, template)
+    texts, counts = parts[::2], parts[1::2]
+    if not counts:
         raise ValueError(f'the infill template has no {marker} marker')
-    text = encode(template[at:])
-    return ids + text, known + [True] * len(text)
+    sizes = [1 if count is None else count_of(count) for count in counts]
+    bad = [f'{marker[:-1]}:{count}{marker[-1]}' for count, size in zip(counts, sizes) if not size]
+    if bad:
+        raise ValueError(f"{', '.join(bad)} in the infill template: a masked span needs a whole number of tokens, at "
+                         f"least one, in the digits 0-9 (as in {marker[:-1]}:5{marker[-1]})")
+    encode(''.join(texts))  # a tokenizer's error names every character it does not read, not one piece's
+    ids, known = [], []
+    for text, size in zip(texts, sizes + [0]):  # no marker after the last text
+        piece = encode(text)
+        ids += piece + [0] * size
+        known += [True] * len(piece) + [False] * size
+    return ids, known
+
+
+def count_of(text):
+    """The whole number >= 1 that text writes (parse_number), such as the 5 of [MASK:5]; 0 for any other text."""
+    try:
+        return max(parse_number(text, int), 0)
+    except ValueError:
+        return 0
 
 
 @torch.no_grad()

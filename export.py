@@ -18,7 +18,7 @@ import json
 import os
 import re
 
-from checkpoints import FOLDER_FILES, CheckpointError, folder_config, save_folder, weights_read
+from checkpoints import FOLDER_FILES, CheckpointError, folder_config, is_hf_folder, save_folder, weights_read
 from common import check_settings, check_writable, fail, find_checkpoint, read_checkpoint
 from configurator import configure
 
@@ -49,8 +49,13 @@ def check_inputs():
     if not out:
         fail('--out names the model folder to write (say --out=ao-gpt-shakespeare-char)')
     check_settings(globals(), {'license': LICENSE_RULE})
-    if os.path.exists(out) and (not os.path.isdir(out) or set(os.listdir(out)) - set(FOLDER_FILES)):
+    others = sorted(set(os.listdir(out)) - set(FOLDER_FILES)) if os.path.isdir(out) else []
+    ours = os.path.isfile(os.path.join(out, 'config.json')) and not is_hf_folder(out)
+    if os.path.exists(out) and (not os.path.isdir(out) or others and not ours):
         fail(f'--out={out} exists and is not a model folder written by export.py: name a new folder')
+    if others:  # writing the folder again replaces it whole
+        fail(f"--out={out} is a model folder that also holds {', '.join(others)}, which writing it again would delete: "
+             f"move them out, or name a new folder")
     for key in RESULTS:
         if globals()[key] and not os.path.isfile(globals()[key]):
             fail(f'--{key}={globals()[key]}: no such file')

@@ -49,11 +49,11 @@ import torch
 
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
-                    check_settings, check_steps, default_device, default_dtype, describe_vocab, fail, find_checkpoint,
-                    infill_order, int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens,
-                    load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab, speculation_k)
+                    check_settings, check_steps, default_device, default_dtype, decoding_order, describe_vocab, fail,
+                    find_checkpoint, int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens,
+                    load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab)
 from configurator import configure
-from engine import Speculation, compile_decoding, generate_many
+from engine import Speculation, compile_decoding, generate_many, speculation_k
 from scoring import SIDES, score_samples, summarize
 
 # -----------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def main(given=()):
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
-        order = infill_order(order, given, checkpoint, model, infill)
+        order = decoding_order(order, given, checkpoint, model, infill)
         speculate = speculation_k(speculate, model, order, min(batch_size, num_samples))  # 'auto': the k recorded
         check_decoding(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)

@@ -71,9 +71,9 @@ from tqdm import tqdm
 from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
                     check_settings, check_speculation_steps, check_steps, default_device, fail, find_checkpoint,
-                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint, speculation_k)
+                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint)
 from configurator import check_key, parse_text
-from engine import Sampling, compile_decoding, generate
+from engine import Sampling, compile_decoding, count_of, generate, speculation_k
 from scoring import (HEAD_COST, content_seed, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
                      random_context_orders, release_freed_memory)
 
@@ -199,9 +199,10 @@ def requests_per_forward(batch_size, max_batch_size):
     harness's) as many as max_tokens allows, up to max_batch_size."""
     if str(batch_size).startswith('auto'):
         return max_batch_size or math.inf
-    if not str(batch_size).isdecimal() or int(batch_size) < 1:
+    size = count_of(str(batch_size))
+    if not size:
         fail(f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}")
-    return int(batch_size)
+    return size
 
 
 def check_scoring(model, ensemble, score):

@@ -23,15 +23,18 @@ from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, Pre
 from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
 
 try:  # in a model folder transformers loads the files as one package
-    from .engine import Sampling, generate, parse_infill
+    from .engine import DECODING_RULES, Sampling, check_order, check_rules, decoding_steps, generate, parse_infill, \
+        speculation_k
     from .model import GPTConfig, Rotary, build_model
     from .scoring import decoder_gap_logprobs, encoder_l2r_logprobs, order_logprobs
 except ImportError:  # in the repository
-    from engine import Sampling, generate, parse_infill
+    from engine import DECODING_RULES, Sampling, check_order, check_rules, decoding_steps, generate, parse_infill, \
+        speculation_k
     from model import GPTConfig, Rotary, build_model
     from scoring import decoder_gap_logprobs, encoder_l2r_logprobs, order_logprobs
 
 MAX_TOKENS = 32768  # slots per forward when scoring, as eval_ppl.py's max_tokens: it bounds memory
+NUM_SAMPLES_RULE = (lambda v: type(v) is int and v >= 1, 'an int >= 1')
 
 
 class AOGPTConfig(PretrainedConfig):
@@ -63,7 +66,9 @@ class AOGPTConfig(PretrainedConfig):
 def check_inputs(input_ids, attention_mask, vocab_size):
     """Raise unless every id is one of the model's (the network's and its special token's: a tokenizer of another
     model gives others) and no row is padded."""
-    if input_ids.numel() and not (0 <= int(input_ids.min()) and int(input_ids.max()) < vocab_size):
+    if input_ids.size(-1) == 0:
+        raise ValueError(f'input_ids of shape {tuple(input_ids.shape)} holds no tokens: pass at least one token a row')
+    if not (0 <= int(input_ids.min()) and int(input_ids.max()) < vocab_size):
         raise ValueError(f'ids from {int(input_ids.min())} to {int(input_ids.max())}, but this model reads ids 0 to '
                          f'{vocab_size - 1}: encode the text with the tokenizer of its folder')
     if attention_mask is not None and not bool(attention_mask.all()):
@@ -99,13 +104,28 @@ class AOGPTPreTrainedModel(PreTrainedModel):
         the same seed and settings give the same tokens. The positions of input_ids (T,) that known (T,) marks are
         given, the others generated in `steps` steps (None: one token per step) in an order ('random', 'l2r',
         'confidence'; the encoder also 'ancestral'); speculate=k draws one token per step's samples by speculative
-        decoding, up to k drafts a forward. Without input_ids: a block of new tokens."""
+        decoding, up to k drafts a forward. Without input_ids: a block of new tokens. ValueError, in one line, for what
+        sample.py refuses."""
         if input_ids is None:
             input_ids = torch.zeros(self.net.config.block_size, dtype=torch.long)
             known = torch.zeros(self.net.config.block_size, dtype=torch.bool)
         known = torch.as_tensor(known, dtype=torch.bool, device=self.device)
-        x = torch.as_tensor(input_ids, device=self.device).view(1, -1).repeat(num_samples, 1)
-        x, _ = generate(self.net, x, known, steps or int((~known).sum()),
+        input_ids = torch.as_tensor(input_ids, device=self.device)
+        check_rules(dict(order=order, schedule=schedule, confidence=confidence, temperature=temperature, top_k=top_k,
+                         top_p=top_p, top_p_mode=top_p_mode, speculate=speculate, num_samples=num_samples),
+                    DECODING_RULES | {'num_samples': NUM_SAMPLES_RULE})
+        speculate = speculation_k(speculate, self.net, order, num_samples)
+        check_order(self.net, order, speculate)
+        if input_ids.dim() != 1 or known.shape != input_ids.shape:
+            raise ValueError(f'input_ids {tuple(input_ids.shape)} and known {tuple(known.shape)}: pass one row of '
+                             f'ids (T,) and whether each is given (T,)')
+        if not 1 <= len(input_ids) <= self.net.config.block_size:
+            raise ValueError(f'{len(input_ids)} positions to decode: this model reads 1 to '
+                             f'{self.net.config.block_size} (its block)')
+        check_inputs(input_ids, None, self.net.config.vocab_size)
+        steps = decoding_steps(steps, int((~known).sum()), order, speculate)
+        x = input_ids.view(1, -1).repeat(num_samples, 1)
+        x, _ = generate(self.net, x, known, steps,
                         Sampling(temperature, top_k, top_p, top_p_mode), schedule=schedule, order=order,
                         confidence=confidence, generator=torch.Generator(self.device).manual_seed(seed),
                         n_tokens=self.config.n_tokens, speculate=speculate)
@@ -228,7 +248,10 @@ class AOGPTCharTokenizer(PreTrainedTokenizer):
     vocab_files_names = {'vocab_file': 'vocab.json'}
     model_input_names = ['input_ids']
 
-    def __init__(self, vocab_file, **kwargs):
+    def __init__(self, vocab_file=None, **kwargs):
+        if vocab_file is None:  # transformers passes None for a file the folder lacks
+            raise ValueError("this model folder holds no vocab.json, its characters: export the model again (export.py"
+                             " writes it)")
         with open(vocab_file, encoding='utf-8') as f:
             self.chars = json.load(f)
         self.ids = {c: i for i, c in enumerate(self.chars)}
@@ -244,7 +267,8 @@ class AOGPTCharTokenizer(PreTrainedTokenizer):
     def _tokenize(self, text):
         unknown = sorted(set(text) - self.ids.keys())
         if unknown:
-            raise ValueError(f'{unknown[:5]} are not among the {len(self.chars)} characters this model reads')
+            raise ValueError(f"{', '.join(map(repr, unknown))}: not among the {len(self.chars)} characters this model "
+                             f"reads")
         return list(text)
 
     def _convert_token_to_id(self, token):

@@ -32,11 +32,10 @@ import torch
 
 from checkpoints import token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
-                    check_settings, check_steps, default_device, default_dtype, find_checkpoint, infill_order,
-                    int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options,
-                    speculation_k)
+                    check_settings, check_steps, decoding_order, default_device, default_dtype, find_checkpoint,
+                    int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options)
 from configurator import configure
-from engine import Speculation, compile_decoding, generate
+from engine import Speculation, compile_decoding, generate, speculation_k
 
 # -----------------------------------------------------------------------------
 globals().update(SAMPLING_SETTINGS)  # init_from, out_dir, start, infill, order, steps, temperature, ... (common.py)
@@ -59,7 +58,7 @@ def main(given=()):
     global speculate, order
     check_inputs()
     model, checkpoint = read_checkpoint(find_checkpoint(init_from, out_dir), device, use_ema)
-    order = infill_order(order, given, checkpoint, model, infill)
+    order = decoding_order(order, given, checkpoint, model, infill)
     speculate = speculation_k(speculate, model, order, num_samples)
     check_decoding(order, model, speculate)
     block_size = model.config.block_size

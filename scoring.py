@@ -21,6 +21,11 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
+try:  # in a model folder transformers loads the files as one package
+    from .engine import parse_number
+except ImportError:  # in the repository
+    from engine import parse_number
+
 HEAD_COST = 64  # a query's logits row takes about as much memory as 64 slots of activations
 
 
@@ -376,13 +381,14 @@ def parse_gaps(spec, flag):
     settings = []
     for item in (part.strip() for part in spec.split(',') if part.strip()):
         kind, _, size = item.partition(':')
+        reason = ''
         try:
-            size = int(size) if kind == 'span' else float(size)
-        except ValueError:
-            kind = None
+            size = parse_number(size, int if kind == 'span' else float)
+        except ValueError as e:
+            kind, reason = None, f' ({e})'
         if kind not in GAP_KINDS:
             raise ValueError(f'{flag}: {item!r} is neither span:L (a span of L tokens) nor scatter:r (a share r of the '
-                             f'tokens, scattered): e.g. {flag}=span:16,scatter:0.15')
+                             f'tokens, scattered){reason}: e.g. {flag}=span:16,scatter:0.15')
         settings.append((kind, size))
     if spec and not settings:
         raise ValueError(f'{flag}={spec!r} names no gap: e.g. {flag}=span:16,scatter:0.15')

@@ -40,6 +40,7 @@ from common import (above, at_least, autocast, between, check_device, check_sett
                     dataset_vocab, default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb,
                     read_checkpoint)
 from configurator import configure, setting_keys
+from engine import parse_number
 from model import ARCHITECTURES, GELUS, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from scoring import (check_gap_sizes, chunk_gap, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
                      left_gap_logprobs, parse_gaps)
@@ -197,9 +198,6 @@ if order_curriculum > max_iters:
 if fim_max_span > block_size:
     fail(f'--fim_max_span={fim_max_span} is longer than the block (--block_size={block_size}): use at most '
          f'{block_size}, or 0 for any length')
-if 'fim_max_span' in overridden and stages is not None and not any(mix['fim'] for _, mix in stages):
-    fail(f"--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to "
-         f"--{'order_stages' if order_stages else 'order_mix'}, e.g. --order_mix=l2r:0.5,fim:0.5")
 try:
     gap_settings = parse_gaps(eval_gaps, '--eval_gaps')
     check_gap_sizes(gap_settings, block_size, '--eval_gaps')
@@ -221,7 +219,7 @@ def read_order_file(path):
             values = np.load(path, allow_pickle=False)
         else:
             with open(path) as f:
-                values = [int(v) for v in f.read().strip().strip('[]').replace(',', ' ').split()]
+                values = [parse_number(v, int) for v in f.read().strip().strip('[]').replace(',', ' ').split()]
         explicit = torch.as_tensor(values)
     except Exception as e:  # a broken file of any of three formats: say which file, in one line
         reason = ' '.join(str(e).split())[:120]
@@ -454,6 +452,10 @@ if model.config.is_encoder and (order not in ('mixed', 'random') or order_file):
 ordered = [k for k in ORDER_FLAGS if k in overridden]
 if model.config.is_encoder and ordered:  # its honest equivalent, masks of spans, is not built
     fail(f'the encoder trains on random masks (its NELBO), not on a mix of orders: drop --{ordered[0]}')
+# after the encoder's check: the encoder is told to drop --fim_max_span, not to add fim
+if 'fim_max_span' in overridden and stages is not None and not any(mix['fim'] for _, mix in stages):
+    fail(f"--fim_max_span sets the spans of FIM orders, but the mix has none: add fim to "
+         f"--{'order_stages' if order_stages else 'order_mix'}, e.g. --order_mix=l2r:0.5,fim:0.5")
 if block_size > model.config.block_size or (init_from == 'resume' and block_size != model.config.block_size):
     fail(f'--block_size={block_size} does not fit the checkpoint (block_size {model.config.block_size}): use '
          f'--block_size={model.config.block_size}' + ('' if init_from == 'resume' else ' or less'))

@@ -3,9 +3,10 @@ What training needs besides the model: the orders a decoder reads its sequences 
 encoder sees them through, and the EMA of the weights.
 """
 import itertools
-import re
 
 import torch
+
+from engine import parse_number
 
 ORDER_MODES = ('mixed', 'l2r', 'random', 'fixed_random', 'block_random')
 # the families a 'mixed' run draws each row's order from, in the order a row's uniform picks them (random first:
@@ -17,7 +18,6 @@ def paper_mix(random_ratio):
     return {'random': random_ratio, 'l2r': 1 - random_ratio, 'fim': 0.0}
 
 
-NUMBER = re.compile(r'[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)')  # ASCII decimals: float() reads other scripts' digits too
 MIX_EXAMPLE = 'l2r:0.1,fim:0.4,random:0.5'
 
 
@@ -32,10 +32,11 @@ def parse_mix(text, flag='--order_mix'):
                              f'{example}')
         if family in mix:
             raise ValueError(f'{flag} names {family} twice; {example}')
-        if not NUMBER.fullmatch(share.strip()):
-            raise ValueError(f'{flag}: the share of {family} must be a number, got {share!r}; {example}')
-        mix[family] = float(share)
-        if not 0 <= mix[family] <= 1:
+        try:
+            mix[family] = parse_number(share.strip())
+        except ValueError as e:
+            raise ValueError(f'{flag}: the share of {family} must be a number, got {share!r} ({e}); {example}') from None
+        if not 0 <= mix[family] <= 1:  # nan too
             raise ValueError(f'{flag}: the share of {family} must be in [0, 1], got {share}; {example}')
     if abs(sum(mix.values()) - 1) > 1e-6:
         raise ValueError(f'{flag}: the shares must sum to 1, got {sum(mix.values()):g} ({text}); {example}')
@@ -52,11 +53,14 @@ def parse_stages(text, max_iters):
     stages = []
     for knot in text.split('/'):
         mix, at, when = knot.strip().rpartition('@')
-        number = when.strip().removesuffix('%')
-        if not at or not number.isascii() or not number.isdigit():
+        try:
+            number = parse_number(when.strip().removesuffix('%'), int) if at else -1
+        except ValueError:
+            number = -1
+        if number < 0:
             raise ValueError(f'--order_stages: {knot.strip()!r} is not MIX@ITERATION (an iteration is a whole '
                              f'number, or a whole percentage of max_iters such as 50%); {example}')
-        iteration = round(int(number) * max_iters / 100) if when.strip().endswith('%') else int(number)
+        iteration = round(number * max_iters / 100) if when.strip().endswith('%') else number
         stages.append((iteration, parse_mix(mix, '--order_stages')))
     iterations = [i for i, _ in stages]
     if iterations[0] != 0:

@@ -76,9 +76,9 @@ def test_values_follow_the_type_of_the_default():
 
 
 @pytest.mark.parametrize('arg, parts', [
-    ('--max_iters=abc', ('--max_iters', 'an int', "got 'abc'")),
-    ('--max_iters=2.5', ('--max_iters', 'an int', "got '2.5'")),
-    ('--learning_rate=fast', ('--learning_rate', 'a finite float', "got 'fast'")),
+    ('--max_iters=abc', ('--max_iters', 'an int', "'abc' is not a whole number")),
+    ('--max_iters=2.5', ('--max_iters', 'an int', "'2.5' is not a whole number")),
+    ('--learning_rate=fast', ('--learning_rate', 'a float', "'fast' is not a number")),
     ('--learning_rate=nan', ('--learning_rate', 'a finite float', "got 'nan'")),
     ('--learning_rate=-inf', ('--learning_rate', 'a finite float', "got '-inf'")),
 ])
@@ -197,7 +197,7 @@ def test_a_whole_float_is_an_int_in_a_file_and_a_flag_alike(tmp_path, value):
 def test_a_fractional_float_is_refused_in_a_file_and_a_flag_alike(tmp_path):
     path = write(tmp_path, 'cfg.py', 'max_iters = 1000.5\n')
     says(error_of(path), f'max_iters in {path}', 'an int', 'got 1000.5')
-    says(error_of('--max_iters=1000.5'), '--max_iters', 'an int', "got '1000.5'")
+    says(error_of('--max_iters=1000.5'), '--max_iters', 'an int', "'1000.5' is not a whole number")
 
 
 @pytest.mark.parametrize('value', ['1e1', '10.0'])

@@ -176,6 +176,9 @@ def test_a_folder_is_read_without_unpickling(workdir, char_ckpt, monkeypatch):
     monkeypatch.setattr(torch, 'load', lambda *a, **k: pytest.fail('a model folder was unpickled'))
     model, _ = load_checkpoint(workdir / 'plain-folder')
     assert model.config.vocab_size == 65
+    # as readable as the folder's other files (safetensors writes for its owner alone): a shared folder is read by all
+    mode = lambda name: (workdir / 'plain-folder' / name).stat().st_mode
+    assert mode('model.safetensors') == mode('config.json')
 
 
 @pytest.fixture(scope='module')
@@ -252,8 +255,12 @@ def test_a_bad_folder_is_the_same_line_where_a_hugging_face_model_is_taken(workd
 def test_bad_export_settings_are_one_line(workdir, char_ckpt):
     (workdir / 'occupied').mkdir(exist_ok=True)
     (workdir / 'occupied' / 'notes.txt').write_text('mine')
+    export(workdir, f'--out_dir={char_ckpt}', '--out=annotated')  # a model folder a file was added to since
+    (workdir / 'annotated' / 'notes.txt').write_text('mine')
     for args, parts in [([], ('--out names the model folder',)),
                         (['--out=occupied'], ('--out=occupied exists and is not a model folder',)),
+                        (['--out=annotated'], ('--out=annotated is a model folder that also holds notes.txt',
+                                               'writing it again would delete', 'move them out')),
                         (['--out=x', '--eval_json=none.json'], ('--eval_json=none.json', 'no such file')),
                         (['--out=x', '--push=just-a-name'], ('--push=just-a-name', 'owner/repo')),
                         (['--out=x', '--push=owner/bad name'], ('--push=owner/bad name', 'owner/repo', 'letters')),
@@ -262,6 +269,7 @@ def test_bad_export_settings_are_one_line(workdir, char_ckpt):
                                                           'pick a folder'))]:
         says(one_line_error('export.py', f'--out_dir={char_ckpt}', *args, cwd=workdir), *parts)
     assert (workdir / 'occupied' / 'notes.txt').read_text() == 'mine' and not (workdir / 'x').exists()
+    assert (workdir / 'annotated' / 'notes.txt').read_text() == 'mine'
     # offline, a push fails in one line after the folder is written
     says(one_line_error('export.py', f'--out_dir={char_ckpt}', '--out=pushed', '--push=owner/repo', cwd=workdir),
          'could not push pushed', 'owner/repo', 'can be pushed again')
@@ -373,7 +381,8 @@ for folder, calls in json.loads(sys.argv[1]).items():
         text=model.log_likelihood(x, None if encoder else scored['orders']),
         gaps=[model.gap_log_likelihood(x, gap, 0 if encoder else 3, seed=7) for gap in scored['gaps']])
 for name, load in [('untrusted', lambda: AutoModelForCausalLM.from_pretrained(folder)),
-                   ('codeless', lambda: AutoModelForCausalLM.from_pretrained(sys.argv[4], trust_remote_code=True))]:
+                   ('codeless', lambda: AutoModelForCausalLM.from_pretrained(sys.argv[4], trust_remote_code=True)),
+                   ('vocabless', lambda: AutoTokenizer.from_pretrained(sys.argv[5], trust_remote_code=True))]:
     try:
         load()
     except (OSError, ValueError) as e:
@@ -404,8 +413,10 @@ def any_order_methods(workdir, char_ckpt, rotary_ckpt, sigma_ckpt, mdm_ckpt, tmp
     torch.save(SCORED, tmp / 'scored.pt')
     shutil.copytree(workdir / f'{char_ckpt}-methods', tmp / 'codeless')
     os.remove(tmp / 'codeless' / 'scoring.py')
+    shutil.copytree(workdir / f'{char_ckpt}-methods', tmp / 'vocabless')
+    os.remove(tmp / 'vocabless' / 'vocab.json')
     isolated(ANY_ORDER_WITH_TRANSFORMERS, json.dumps(calls), tmp / 'scored.pt', tmp / 'out.pt', tmp / 'codeless',
-             cwd=tmp)
+             tmp / 'vocabless', cwd=tmp)
     out = torch.load(tmp / 'out.pt')
     return {folder: out[folder] for folder in calls}, calls, out
 
@@ -462,25 +473,40 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
 
 
 @pytest.mark.parametrize('call,words', [
-    (lambda m, x: m.log_likelihood(x, [[0, 1, 2, 2]]), 'each a permutation'),
-    (lambda m, x: m.log_likelihood(x, [0, 1, 2]), 'orders (E, 4)'),
-    (lambda m, x: m.gap_log_likelihood(x, []), 'at least one'),
-    (lambda m, x: m.gap_log_likelihood(x, [2, 4]), 'positions of the 4 tokens'),
-    (lambda m, x: m.gap_log_likelihood(x, [2, 1]), 'sorted'),
-    (lambda m, x: m.log_likelihood(x[0]), 'pass rows'),
-    (lambda m, x: m.log_likelihood(x + 50), 'tokenizer of its folder')])
-def test_the_likelihood_methods_name_a_bad_input(call, words):
-    from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    (lambda m, x, t: m.sample(order='bogus'), "order must be one of random, l2r, confidence, ancestral, got 'bogus'"),
+    (lambda m, x, t: m.sample(steps=0), 'steps must be an int from 1 to the 8 tokens to generate'),
+    (lambda m, x, t: m.sample(steps=100), 'got 100'),
+    (lambda m, x, t: m.sample(order='ancestral'), 'order=ancestral'),
+    (lambda m, x, t: m.sample(temperature=-1), 'temperature must be >= 0'),
+    (lambda m, x, t: m.sample(num_samples=0), 'num_samples must be an int >= 1'),
+    (lambda m, x, t: m.infill('ab [MASK:100] c', t), '105 positions to decode: this model reads 1 to 8'),
+    (lambda m, x, t: m.infill('a [MASK:\u0665] b [MASK:0]', t), '[MASK:\u0665], [MASK:0] in the infill template'),
+    (lambda m, x, t: m.infill('a@ [MASK] \u00e9', t), "'@', '\u00e9': not among the 11 characters"),
+    (lambda m, x, t: m(x[:, :0]), 'input_ids of shape (2, 0) holds no tokens'),
+    (lambda m, x, t: m.generate(x[:, :0], max_new_tokens=2), 'holds no tokens'),
+    (lambda m, x, t: m.log_likelihood(x, [[0, 1, 2, 2]]), 'each a permutation'),
+    (lambda m, x, t: m.log_likelihood(x, [0, 1, 2]), 'orders (E, 4)'),
+    (lambda m, x, t: m.gap_log_likelihood(x, []), 'at least one'),
+    (lambda m, x, t: m.gap_log_likelihood(x, [2, 4]), 'positions of the 4 tokens'),
+    (lambda m, x, t: m.gap_log_likelihood(x, [2, 1]), 'sorted'),
+    (lambda m, x, t: m.log_likelihood(x[0]), 'pass rows'),
+    (lambda m, x, t: m.log_likelihood(x + 50), 'tokenizer of its folder')])
+def test_the_methods_name_a_bad_input_in_one_line(call, words, tmp_path):
+    """Each public method refuses what sample.py refuses, with a ValueError of one line."""
+    from modeling_ao_gpt import AOGPTCharTokenizer, AOGPTConfig, AOGPTForCausalLM
     model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=16,
                                                          cond_dim=8)))
-    with pytest.raises(ValueError, match=re.escape(words)):
-        call(model, torch.randint(11, (2, 4)))
+    (tmp_path / 'vocab.json').write_text(json.dumps(list('abcdefghij ')))
+    with pytest.raises(ValueError, match=re.escape(words)) as error:
+        call(model, torch.randint(11, (2, 4)), AOGPTCharTokenizer(str(tmp_path / 'vocab.json')))
+    assert '\n' not in str(error.value)
 
 
 def test_transformers_names_the_fix_of_a_load_without_trust_or_a_folder_without_its_code(any_order_methods):
     errors = any_order_methods[2]
     assert 'trust_remote_code=True' in errors['untrusted']
     assert 'scoring.py' in errors['codeless'] and 'No such file' in errors['codeless']
+    says(errors['vocabless'], 'holds no vocab.json', 'export the model again')
 
 
 FINE_TUNE_WITH_PEFT = '''

@@ -655,7 +655,8 @@ def test_the_adaptations_first_seed_is_its_sweeps_choice_and_both_findings_share
     import findings
     p, seeds, chosen = adapt_plan(findings)
     sweep = findings.adapt_sweep_runs(p, chosen)
-    assert list(sweep)[:2] == ['adapt-parent-half-s1337', 'adapt-parent-3q-s1337'] and len(sweep) == 2 + 3 * 3
+    assert list(sweep)[:2] == ['adapt-parent-half-s1337', 'adapt-parent-3q-s1337']
+    assert len(sweep) == 2 + 3 * len(p['adapt']['grid'])
     assert sweep['adapt-sweep-cheap-lr0.0003']['learning_rate'] == 3e-4
     planned = findings.sweep_runs(p, ['mixed', 'encoder', 'l2r']) | sweep
     runs = findings.seed_runs(p, ['orders', 'adapt'], seeds, chosen, planned, adapt_rates=ADAPT_RATES)
@@ -682,8 +683,8 @@ def test_dry_run_lists_the_adapt_runs(capsys):
     p, seeds, _ = adapt_plan(findings)
     findings.dry_plan(p, ['adapt'], seeds, ['mixed', 'l2r'], 8)
     out = capsys.readouterr().out
-    assert "finding adapt's GPT parents and its sweep of the adaptations' learning rates, 11 runs" in out
-    assert 'then 45 runs with the settings the sweeps choose' in out and '64 training runs in all' in out
+    assert "finding adapt's GPT parents and its sweep of the adaptations' learning rates, 14 runs" in out
+    assert 'then 45 runs with the settings the sweeps choose' in out and '67 training runs in all' in out
 
 
 def test_a_finished_run_whose_checkpoint_is_gone_trains_again_for_the_job_that_reads_it(tmp_path):

@@ -115,6 +115,10 @@ TRAIN = [
     (['--order_mix=l2r:0.5,fim:0.5', '--fim_max_span=33'],
      ('--fim_max_span=33', 'longer than the block', 'at most 32')),
     (['--fim_max_span=8'], ('--fim_max_span', 'the mix has none', 'add fim to --order_mix')),
+    # Python's int() and float() read other scripts' digits: every setting is read by engine.parse_number
+    (['--fim_max_span=\u0668', '--order_mix=l2r:0.5,fim:0.5'], ('--fim_max_span', "'\u0668' (U+0668)", 'digits 0-9')),
+    (['--learning_rate=\u0663e-4'], ('--learning_rate', "'\u0663' (U+0663)", 'digits 0-9')),
+    (['--architecture=encoder', '--fim_max_span=4', '--out_dir=out-enc-span'], ('encoder', 'drop --fim_max_span')),
     (['--architecture=encoder', '--order_mix=l2r:0.5,fim:0.5', '--out_dir=out-enc-mix'],
      ('encoder', 'not on a mix of orders', 'drop --order_mix')),
     (['--eval_gaps=span:4,middle:2'], ('--eval_gaps', "'middle:2'", 'span:L')),
@@ -204,6 +208,8 @@ SAMPLE = [
     (['--infill=a[MASK:]'], ('[MASK:] in the infill template',)),
     (['--start=ROMEO:', '--infill=JULIET: [MASK:5]'], ('--start', '--infill', 'both give the prompt')),
     (['--infill=a[MASK:40]'], ('the infill template is 41 tokens long',)),
+    (['--infill=a [MASK:\u0665] b [MASK:0] c'], ('[MASK:\u0665], [MASK:0] in the infill template', 'digits 0-9')),
+    (['--infill=ROMEO@ [MASK:5] my lord \u00e9.'], ('not in the vocabulary', "'@', '\u00e9'")),
 ]
 
 
@@ -221,6 +227,7 @@ EVAL = [
     (['--block_size=-1'], ('--block_size', 'at least 0')),
     (['--block_size=64'], ('larger than the checkpoint',)),
     (['--split=dev'], ('--split', 'test, validation, train')),
+    (['--gaps=span:\u0664'], ('--gaps', "'span:\u0664'", "'\u0664' (U+0664)", 'digits 0-9')),
     (['--device=cuda'], ('--device=cuda', '0 CUDA device(s)')),
     (['--out_dir=missing'], ('no checkpoint at missing/ckpt.pt',)),
     (['--init_from=bad/truncated.pt'], ('is not a readable checkpoint',)),
@@ -286,6 +293,7 @@ BENCH = [
     # ², a digit to str.isdigit that int() refuses
     (['--run=speculate', '--speculate_k=\u00b2'], ('--speculate_k', "'auto'", "got '\u00b2'")),
     (['--sample_steps=\u00b2'], ('--sample_steps', 'from 1 to sample_block_size')),
+    (['--sample_steps=\u0666\u0664'], ('--sample_steps', 'from 1 to sample_block_size', "got '\u0666\u0664'")),
     (['--run=step', '--authors_dir=.'], ('--authors_dir', 'give --run=long --sample_block_size=1024 --cond_dim=128')),
     (['--run=long', '--cond_dim=128', '--authors_dir=data'], ('--authors_dir=data has no model_AOGPT_generate.py',
                                                               "a checkout of the authors' repository")),
@@ -389,6 +397,16 @@ def test_eval_of_a_checkpoint_without_ema_weights(workdir, sized_data):
         _, loss = model(x.view(2, 32), torch.arange(32).expand(2, 32))
     result = json.loads((workdir / 'sigma.json').read_text())['results']['data/sized96/val.bin']
     assert result['ppl']['l2r'] == pytest.approx(math.exp(loss.item()), rel=1e-5)
+
+
+def test_a_checkpoint_trained_left_to_right_samples_left_to_right_with_a_note(workdir, char_ckpt):
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    checkpoint['config']['order'] = 'l2r'  # as train.py --order=l2r records it
+    torch.save(checkpoint, workdir / 'l2r-only.pt')
+    args = ['--init_from=l2r-only.pt', '--device=cpu', '--num_samples=2', '--infill=ROMEO: [MASK:6] lord']
+    out = output_of('sample.py', *args, cwd=workdir)
+    assert 'note: decoding left to right (order=l2r): the model was trained left to right only' in out
+    assert samples(out) == samples(output_of('sample.py', *args, '--order=l2r', cwd=workdir))
 
 
 def test_sample_from_a_checkpoint_without_ema_weights(workdir, char_ckpt):

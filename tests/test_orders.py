@@ -143,7 +143,7 @@ def test_stages_at_percentages_follow_max_iters():
 
 def test_mixes_name_their_families_and_shares_exactly():
     assert parse_mix('fim:0.25, l2r:0.75') == {'random': 0.0, 'l2r': 0.75, 'fim': 0.25}
-    for bad, words in [('l2r:0.5', 'sum to 1'), ('l2r:0.5,l2r:0.5', 'twice'), ('fim:nan,l2r:1', 'must be a number'),
+    for bad, words in [('l2r:0.5', 'sum to 1'), ('l2r:0.5,l2r:0.5', 'twice'), ('fim:nan,l2r:1', '[0, 1]'),
                        ('l2r:-0.5,random:1.5', '[0, 1]'), ('l2r:٠.٥,random:٠.٥', 'must be a number'),
                        ('gpt:1', 'not an order family'), ('l2r', 'must be a number')]:
         with pytest.raises(ValueError, match=words.replace('[', r'\[').replace(']', r'\]')):

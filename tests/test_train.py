@@ -443,6 +443,7 @@ def test_the_authors_orders_are_permutations_of_their_block():
     ('outside.txt', ' '.join(map(str, [*range(31), 40])), ('40 is not a position',)),
     ('short.txt', '0 1 2', ('permutation of 0..31', 'block_size 32', 'got 3 values')),
     ('words.txt', '0 1 two', ('not hold a list of integers', 'ValueError')),
+    ('arabic.txt', ' '.join(map(str, range(30))) + ' ٣٠ 31', ('not hold a list of integers', "'٣'", 'ASCII')),
     ('float.npy', np.arange(32.0), ('one list of integers', 'torch.float64', 'shape (32,)')),
     ('square.pt', torch.arange(32).view(4, 8), ('one list of integers', 'torch.int64', 'shape (4, 8)')),
     ('order.csv', '0,1', ('--order_file', '.pt, .npy or .txt')),
