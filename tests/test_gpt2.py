@@ -78,6 +78,7 @@ def test_eval_ppl_scores_every_token_of_a_chunk_as_gpt2_after_endoftext(workdir,
     assert nll == pytest.approx(expected.tolist(), abs=1e-5)
 
 
+@pytest.mark.needs('gpt2_bpe')  # sample.py decodes, export.py writes the tokenizer: GPT-2's BPE files
 def test_a_run_from_gpt2_records_its_parent_and_every_script_reads_it(workdir, bpe_shakespeare, gpt2_folders):
     folder = gpt2_folders['gpt2']
     convert(workdir, folder, 'out-gpt2-run', '--max_iters=3', '--eval_interval=3', '--order_mix=l2r:0.5,fim:0.5')
