@@ -39,6 +39,10 @@ the number of steps (`sample_steps`) at block `sample_block_size`, random order,
 decoders with their KV cache (about flat in the steps), the encoder with a full forward per step
 (growing with the steps), with the encoder / AO-GPT ratio (the paper's Figure 4). Each generation
 is timed once, after a warm-up, the models taking turns.
+generate: transformers' generate() on an exported folder's causal LM (modeling_ao_gpt.py; needs transformers) at block
+`sample_block_size`, greedy, `generate_tokens` new tokens after a prompt of one, at batch 1 and `batch_size`: with
+its cache (a DynamicCache) against without (every step reads the whole input) and against the folder's own cached
+sampler (model.sample, order='l2r', temperature 0), with whether the three give the same tokens; median of `rounds`.
 speculate: sample.py's speculative decoding (--speculate=k, for each k of `speculate_k`, 'auto' the k
 that --speculate=auto takes) against one token per step, the same samples' distribution: wall time
 (median round, taking turns as above), forwards per token, the share of drafts kept, the share of the
@@ -55,6 +59,7 @@ The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick 
 """
 import contextlib
 import copy
+import dataclasses
 import functools
 import itertools
 import math
@@ -94,6 +99,7 @@ sample_steps = '64,256,1024'
 speculate_k = '2,4,8,16,auto'  # speculate: the k to try ('auto': what --speculate=auto takes)
 speculate_top_p = '1.0,0.9'  # speculate: each top_p to sample with
 speculate_tokens = 256  # speculate: tokens per sample (at most the block)
+generate_tokens = 200  # generate: new tokens a row (at most sample_block_size - 2)
 step_tokens = 256  # step: tokens decoded one per step, after a prompt of the rest of the block
 step_batches = '1,16'  # step: the batch sizes
 sync_check = False  # step, on CUDA: count the host syncs of a compiled call (at step_tokens and half as many steps)
@@ -117,6 +123,9 @@ def check_inputs():
         'speculate_k': (lambda v: all(s == 'auto' or count_of(s) for s in v.split(',')),
                         "a comma list of ints >= 1 and 'auto'"),
         'speculate_tokens': at_least(1), 'step_tokens': at_least(1),
+        'generate_tokens': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
+                            f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a '
+                            f'next position take the rest'),
     })
     parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
     if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
@@ -563,9 +572,44 @@ def forward_share(fn):
         Forward.__call__ = inner
 
 
+def bench_generate():
+    try:
+        from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    except ImportError:
+        fail('--run=generate times transformers\' generate(), which needs transformers: pip install transformers')
+    torch.manual_seed(seed)
+    T, n = sample_block_size, generate_tokens
+    net = build(T).eval()
+    model = AOGPTForCausalLM(AOGPTConfig(model_args=dataclasses.asdict(net.config))).to(device).eval()
+    model.load_state_dict(net.state_dict())
+    ctx = autocast(device, dtype)
+    print(f'generate: {net.get_num_params() / 1e6:.1f}M params, block {T}, {n} new tokens a row, greedy, {device} '
+          f'{dtype}')
+    print(f'  {"batch":>6} {"cached":>9} {"no cache":>9} {"sample()":>9} {"no cache/cached":>16} '
+          f'{"cached/sample()":>16} {"same tokens":>12}')
+    for batch in sorted({1, batch_size}):
+        prompt = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        known = (torch.arange(n + 1) < 1).to(device)
+
+        def generate_ids(use_cache):
+            return model.generate(prompt, max_new_tokens=n, do_sample=False, use_cache=use_cache)
+
+        def sample_ids():  # each row alike (greedy): sample()'s rows are one template's samples
+            return model.sample(torch.zeros(n + 1, dtype=torch.long), known, num_samples=batch, order='l2r',
+                                temperature=0)
+        runs = dict(cached=functools.partial(generate_ids, True), uncached=functools.partial(generate_ids, False),
+                    sample=sample_ids)
+        with ctx, torch.no_grad():
+            ids = {name: fn() for name, fn in runs.items()}
+            cached, uncached, sampled = median_seconds(runs).values()
+        same = torch.equal(ids['cached'], ids['uncached']) and torch.equal(ids['cached'], ids['sample'])
+        print(f'  {batch:>6} {cached:>8.2f}s {uncached:>8.2f}s {sampled:>8.2f}s {uncached / cached:>15.1f}x '
+              f'{cached / sampled:>15.1f}x {"yes" if same else "no":>12}')
+
+
 BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'step': bench_steps,
            'long': bench_long, 'memory': bench_memory,
-           'arch': bench_architectures, 'speculate': bench_speculation}
+           'arch': bench_architectures, 'speculate': bench_speculation, 'generate': bench_generate}
 
 if __name__ == '__main__':
     configure(globals(), doc=__doc__)

@@ -19,8 +19,8 @@ import os
 
 import torch
 from torch.nn import functional as F
-from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizer
-from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
+from transformers import DynamicCache, GenerationMixin, PretrainedConfig, PreTrainedModel, PreTrainedTokenizer
+from transformers.modeling_outputs import CausalLMOutputWithPast, MaskedLMOutput
 
 try:  # in a model folder transformers loads the files as one package
     from .engine import DECODING_RULES, Sampling, check_order, check_rules, decoding_steps, generate, parse_infill, \
@@ -53,26 +53,43 @@ class AOGPTConfig(PretrainedConfig):
         self.num_hidden_layers = self.model_args.get('n_layer')  # as transformers names them
         self.num_attention_heads = self.model_args.get('n_head')
         self.hidden_size = self.model_args.get('n_embd')
+        # a decoder's forward returns its keys and values, as transformers' causal LMs do
+        self.use_cache = kwargs.pop('use_cache', self.model_args.get('architecture') != 'encoder')
         if self.model_args.get('architecture') == 'encoder':
             self.mask_token_id = self.vocab_size - 1  # the encoder's [MASK]
         else:
             kwargs.setdefault('bos_token_id', self.vocab_size - 1)
-        kwargs.setdefault('use_cache', False)  # each forward reads the whole input
         # sigma-GPT's head is its embedding: the file holds it once, as the head
         kwargs['tie_word_embeddings'] = bool(model_args) and GPTConfig(**model_args).recipe.tied_head
         super().__init__(**kwargs)
 
 
-def check_inputs(input_ids, attention_mask, vocab_size):
+def check_inputs(input_ids, vocab_size):
     """Raise unless every id is one of the model's (the network's and its special token's: a tokenizer of another
-    model gives others) and no row is padded."""
+    model gives others)."""
     if input_ids.size(-1) == 0:
         raise ValueError(f'input_ids of shape {tuple(input_ids.shape)} holds no tokens: pass at least one token a row')
     if not (0 <= int(input_ids.min()) and int(input_ids.max()) < vocab_size):
         raise ValueError(f'ids from {int(input_ids.min())} to {int(input_ids.max())}, but this model reads ids 0 to '
                          f'{vocab_size - 1}: encode the text with the tokenizer of its folder')
-    if attention_mask is not None and not bool(attention_mask.all()):
+
+
+def check_mask(attention_mask, shape, padding='left'):
+    """attention_mask (B, T) of 0s and 1s, its 0s (padding) only before a row's first 1 (left padding), or none
+    (padding=None); None stands for all 1s."""
+    if attention_mask is None:
+        return
+    if tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(f'attention_mask of shape {tuple(attention_mask.shape)} for {tuple(shape)} columns: pass one '
+                         f'0 or 1 for every column of input_ids (after the cache, for every column so far)')
+    mask = attention_mask.long()
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError('attention_mask holds values other than 0 and 1')
+    if padding is None and not bool(mask.all()):
         raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError("attention_mask pads a row on its right: pad on the left (tokenizer.padding_side = 'left'), "
+                         "as generate() reads each row's last column as its newest token")
 
 
 class AOGPTPreTrainedModel(PreTrainedModel):
@@ -122,7 +139,7 @@ class AOGPTPreTrainedModel(PreTrainedModel):
         if not 1 <= len(input_ids) <= self.net.config.block_size:
             raise ValueError(f'{len(input_ids)} positions to decode: this model reads 1 to '
                              f'{self.net.config.block_size} (its block)')
-        check_inputs(input_ids, None, self.net.config.vocab_size)
+        check_inputs(input_ids, self.net.config.vocab_size)
         steps = decoding_steps(steps, int((~known).sum()), order, speculate)
         x = input_ids.view(1, -1).repeat(num_samples, 1)
         x, _ = generate(self.net, x, known, steps,
@@ -180,7 +197,7 @@ class AOGPTPreTrainedModel(PreTrainedModel):
         x = torch.as_tensor(input_ids).cpu()
         if x.dim() != 2:
             raise ValueError(f'input_ids of shape {tuple(x.shape)}: pass rows, (B, T)')
-        check_inputs(x, None, self.net.config.vocab_size)
+        check_inputs(x, self.net.config.vocab_size)
         if x.size(1) > self.net.config.block_size:
             raise ValueError(f'{x.size(1)} tokens: this model reads at most {self.net.config.block_size} (its block)')
         return x
@@ -201,7 +218,8 @@ class AOGPTForMaskedLM(AOGPTPreTrainedModel):
     def forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
         """logits (B, T, V + 1) at every position (the [MASK] id never predicted); with labels, their mean
         cross-entropy where labels are not -100."""
-        check_inputs(input_ids, attention_mask, self.config.vocab_size)
+        check_inputs(input_ids, self.config.vocab_size)
+        check_mask(attention_mask, input_ids.shape, padding=None)
         logits = F.pad(self.net.forward_masked(input_ids), (0, 1), value=-math.inf)
         loss = None
         if labels is not None:
@@ -210,35 +228,96 @@ class AOGPTForMaskedLM(AOGPTPreTrainedModel):
 
 
 class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
-    """An AO-GPT or sigma-GPT decoder read left to right."""
+    """An AO-GPT or sigma-GPT decoder read left to right, with transformers' cache (a DynamicCache) and left padding."""
 
     def get_input_embeddings(self):
         return self.transformer.wte
 
-    def forward(self, input_ids, labels=None, attention_mask=None, **kwargs):
-        """logits (B, T, V + 1): logits[:, t] predicts the token after input_ids[:, t] from input_ids[:, :t + 1]; with
-        labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of transformers).
-        Rows may begin with the start id (bos_token_id), all or none."""
-        B, T = input_ids.shape
-        check_inputs(input_ids, attention_mask, self.config.vocab_size)
-        start = input_ids == self.config.bos_token_id
-        started = bool(start[:, 0].any())
-        if bool(start[:, 1:].any()) or (started and not bool(start[:, 0].all())):
-            raise ValueError(f'the start id {self.config.bos_token_id} begins every row or none, and only there')
-        if T - started > self.config.max_position_embeddings:
-            raise ValueError(f'{T - started} tokens: this model reads at most {self.config.max_position_embeddings} '
-                             f'(its block size less one, so that the last token has a next position)')
-        tokens = input_ids.masked_fill(start, 0) if started else torch.cat([input_ids[:, :1] * 0, input_ids], 1)
-        positions = torch.arange(-1, tokens.size(1) - 1, device=input_ids.device).expand(B, -1)
-        logits = self.net.forward_slots(tokens, positions, positions + 1)[:, 1 - started:]
+    def forward(self, input_ids, labels=None, attention_mask=None, cache=None, use_cache=None, **kwargs):
+        """logits (B, T, V + 1): logits[:, t] predicts the token after input_ids[:, t] from the row's tokens up to t;
+        with labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of
+        transformers). Rows may begin with the start id (bos_token_id), all or none, after their padding.
+
+        attention_mask (B, columns so far): 0 on a row's left padding, which no token sees and which moves the row's
+        positions, so that each row reads as it would alone. cache: the keys and values of the columns before
+        input_ids (and of the start slot the first forward adds), which use_cache (the config's by default) returns
+        filled, as transformers' causal LMs do; generate() passes it from step to step."""
+        if kwargs.get('past_key_values') is not None:
+            raise ValueError("this folder's code takes transformers' cache as `cache` (transformers 5): upgrade "
+                             "transformers")
+        check_inputs(input_ids, self.config.vocab_size)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if cache is None and use_cache:
+            cache = DynamicCache(config=self.config)
+        past = 0 if cache is None else cache.get_seq_length()
+        if past and not hasattr(cache, 'start_added'):
+            raise ValueError('this cache was not filled by this model: start generating with an empty one')
+        tokens, positions, targets, mask = self.slots(input_ids, attention_mask, past, cache)
+        view = None if cache is None else CacheView(cache)
+        logits = self.net.forward_slots(tokens, positions, targets, view, attn_mask=mask)
+        logits = logits[:, tokens.size(1) - input_ids.size(1):]  # the added start slot predicts no input's next
         logits = F.pad(logits, (0, 1), value=-math.inf)  # the start id, never predicted
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
 
-    def prepare_inputs_for_generation(self, input_ids, **kwargs):
-        return dict(input_ids=input_ids)
+    def slots(self, input_ids, attention_mask, past, cache):
+        """The network's slots of input_ids (B, n) after `past` cached ones: tokens, positions, targets (B, S), and
+        the attention mask (B, 1, S, past + S), or None (causal) for unpadded rows without a cache.
+        Each row's first token sits at position 0 after its start slot (position -1): input_ids' own start ids, or
+        one the first forward adds (recorded as cache.start_added)."""
+        B, n = input_ids.shape
+        bos = self.config.bos_token_id
+        if past:
+            added = cache.start_added
+        else:  # a row's first column with a 1 in attention_mask holds its first token, or the start id
+            mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
+            first = input_ids.gather(1, mask.argmax(1, keepdim=True)).squeeze(1)
+            added = not bool(((first == bos) & mask.any(1)).any())
+            if cache is not None:
+                cache.start_added = added
+        columns = n + (past - added if past else 0)  # of input_ids so far: the cache also holds an added start
+        check_mask(attention_mask, (B, columns))
+        real = torch.ones(B, columns, dtype=torch.bool, device=input_ids.device) if attention_mask is None \
+            else attention_mask.bool()
+        tokens = input_ids
+        if added:
+            real = torch.cat([real[:, :1] | True, real], 1)
+            if not past:
+                tokens = torch.cat([input_ids[:, :1] * 0, input_ids], 1)
+        positions = (real.cumsum(1) - 2).masked_fill(~real, -1)  # padding: a start slot nothing sees
+        if int(positions.max()) + 1 > self.config.max_position_embeddings:
+            raise ValueError(f'{int(positions.max()) + 1} tokens in a row: this model reads at most '
+                             f'{self.config.max_position_embeddings} (its block size less one, so that the last token '
+                             f'has a next position)')
+        starts = (positions == -1) & real
+        if not torch.equal(starts[:, -n:], (input_ids == bos) & real[:, -n:]):
+            raise ValueError(f'the start id {bos} begins every row or none (after its padding), and only there')
+        S = tokens.size(1)
+        positions = positions[:, -S:]
+        tokens = tokens.masked_fill(positions == -1, 0)  # start slots and padding: the start token, whatever the id
+        targets = (positions + 1).masked_fill(~real[:, -S:], -1)
+        if cache is None and bool(real.all()):
+            return tokens, positions, targets, None
+        query = torch.arange(past, past + S, device=real.device).view(S, 1)
+        key = torch.arange(past + S, device=real.device)
+        mask = ((key <= query) & real[:, None, :]) | (key == query)  # a pad slot sees itself only
+        return tokens, positions, targets, mask.unsqueeze(1)
+
+
+class CacheView:
+    """A transformers Cache as model.py's forward writes and reads one: each layer's new keys and values appended,
+    all of them returned."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def begin(self, width):
+        """Nothing to place: the new slots go after the cached ones."""
+
+    def update(self, layer, k, v):
+        return self.cache.update(k, v, layer)
 
 
 class AOGPTCharTokenizer(PreTrainedTokenizer):

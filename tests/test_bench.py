@@ -62,6 +62,18 @@ def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
     assert 'rotary cost' in out, out
 
 
+def test_generate_compares_transformers_cache_with_none_and_with_the_folders_sampler(tmp_path, one_thread):
+    out = run_script('bench.py', '--run=generate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
+                     '--vocab_size=50', '--sample_block_size=16', '--sample_steps=4', '--generate_tokens=12',
+                     '--batch_size=2', '--rounds=1', cwd=tmp_path).stdout
+    lines = out.splitlines()
+    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.split()[:1] == ['batch']) + 1:]]
+    # each batch: the three timings, two ratios, and the same greedy tokens by all three
+    assert [r[0] for r in rows] == ['1', '2'] and all(r[4].endswith('x') and r[6] == 'yes' for r in rows), out
+    says(one_line_error('bench.py', '--run=generate', '--sample_block_size=16', '--sample_steps=4',
+                        '--generate_tokens=15', cwd=tmp_path), 'generate_tokens must be an int from 1 to')
+
+
 @pytest.mark.slow  # torch.compile
 def test_step_compares_eager_and_compiled(tmp_path, one_thread):
     out = run_script('bench.py', '--run=step', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',

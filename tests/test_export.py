@@ -484,6 +484,13 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
     (lambda m, x, t: m.infill('a@ [MASK] \u00e9', t), "'@', '\u00e9': not among the 11 characters"),
     (lambda m, x, t: m(x[:, :0]), 'input_ids of shape (2, 0) holds no tokens'),
     (lambda m, x, t: m.generate(x[:, :0], max_new_tokens=2), 'holds no tokens'),
+    (lambda m, x, t: m(x, attention_mask=torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])), 'pad on the left'),
+    (lambda m, x, t: m(x, attention_mask=torch.ones(2, 3)), 'attention_mask of shape (2, 3)'),
+    (lambda m, x, t: m(x, attention_mask=torch.full((2, 4), 2)), 'values other than 0 and 1'),
+    (lambda m, x, t: m(x, past_key_values=object()), 'as `cache` (transformers 5)'),
+    (lambda m, x, t: m(x, cache=foreign_cache()), 'not filled by this model'),
+    (lambda m, x, t: m(torch.tensor([[1, 11, 2]])), 'the start id 11 begins every row or none'),
+    (lambda m, x, t: m.generate(x, max_new_tokens=5), '8 tokens in a row: this model reads at most 7'),
     (lambda m, x, t: m.log_likelihood(x, [[0, 1, 2, 2]]), 'each a permutation'),
     (lambda m, x, t: m.log_likelihood(x, [0, 1, 2]), 'orders (E, 4)'),
     (lambda m, x, t: m.gap_log_likelihood(x, []), 'at least one'),
@@ -500,6 +507,76 @@ def test_the_methods_name_a_bad_input_in_one_line(call, words, tmp_path):
     with pytest.raises(ValueError, match=re.escape(words)) as error:
         call(model, torch.randint(11, (2, 4)), AOGPTCharTokenizer(str(tmp_path / 'vocab.json')))
     assert '\n' not in str(error.value)
+
+
+def foreign_cache():
+    """A transformers cache that another model filled."""
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    cache.update(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8), 0)
+    return cache
+
+
+def tiny_causal_lm(**model_args):
+    """A folder's causal LM of random weights, large enough (std 0.3) that every slot predicts differently."""
+    from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    torch.manual_seed(0)
+    model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=24, vocab_size=11, n_layer=2, n_head=2, n_embd=16,
+                                                         cond_dim=8, gate_init=1.0, **model_args))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.3)
+    model.generation_config.pad_token_id = model.config.bos_token_id
+    return model
+
+
+def next_token_logits(model, row):
+    """(len(row), V): the logits of the token after each of row, by the repository's network reading row alone in
+    one forward, without a cache."""
+    y = torch.cat([row, row[:1]])[None]
+    return model.net(y, torch.arange(y.size(1))[None])[0][0, 1:len(row) + 1]
+
+
+def left_padded(rows, pad, start=()):
+    """rows (each after the ids `start`) padded on their left with pad to one width, and their attention_mask."""
+    rows = [torch.tensor([*start, *row]) for row in rows]
+    width = max(map(len, rows))
+    ids = torch.stack([F.pad(row, (width - len(row), 0), value=pad) for row in rows])
+    mask = torch.stack([(torch.arange(width) >= width - len(row)).long() for row in rows])
+    return ids, mask
+
+
+@pytest.mark.parametrize('args', [{}, dict(position_encoding='rotary'), dict(target_injection='add')],
+                         ids=['ao-gpt', 'rotary', 'sigma-gpt'])
+def test_generate_with_the_cache_and_left_padding_gives_each_rows_tokens_alone(args):
+    """A folder's causal LM with transformers' cache and left padding: a padded batch read in two cached forwards
+    gives each row's logits from the network reading the row alone (with and without the start id); greedy
+    generate() is each row's argmax chain of such full forwards; sampling and beam search give the same tokens with
+    and without the cache."""
+    model = tiny_causal_lm(**args)
+    bos, rows = model.config.bos_token_id, [[3, 1, 4, 1, 5], [9, 2], [6]]
+    with torch.no_grad():
+        for start in ((), (bos,)):
+            ids, mask = left_padded(rows, bos, start)
+            first = model(ids[:, :3], attention_mask=mask[:, :3])
+            rest = model(ids[:, 3:], attention_mask=mask, cache=first.cache)
+            logits = torch.cat([first.logits, rest.logits], 1)
+            for b, row in enumerate(rows):
+                torch.testing.assert_close(logits[b, -len(row):, :-1], next_token_logits(model, torch.tensor(row)),
+                                           atol=1e-5, rtol=0)
+        ids, mask = left_padded(rows, bos)
+        greedy = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+        for b, row in enumerate(rows):
+            chain = torch.tensor(row)
+            for _ in range(12):
+                chain = torch.cat([chain, next_token_logits(model, chain)[-1:].argmax(-1)])
+            assert torch.equal(greedy[b, -len(chain):], chain), b
+        for options in (dict(do_sample=True, top_k=5), dict(num_beams=3, do_sample=False)):
+            runs = []
+            for use_cache in (True, False):
+                torch.manual_seed(0)
+                runs.append(model.generate(ids, attention_mask=mask, max_new_tokens=12, use_cache=use_cache, **options))
+            assert torch.equal(*runs), options
 
 
 def test_transformers_names_the_fix_of_a_load_without_trust_or_a_folder_without_its_code(any_order_methods):
