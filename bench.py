@@ -123,10 +123,12 @@ def check_inputs():
         'speculate_k': (lambda v: all(s == 'auto' or count_of(s) for s in v.split(',')),
                         "a comma list of ints >= 1 and 'auto'"),
         'speculate_tokens': at_least(1), 'step_tokens': at_least(1),
-        'generate_tokens': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
-                            f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a '
-                            f'next position take the rest'),
     })
+    if 'generate' in run.split(','):
+        check_settings(globals(), {'generate_tokens': (
+            lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
+            f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a next position take '
+            f'the rest')})
     parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
     if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
         fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')

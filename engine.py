@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from tqdm import tqdm
 
 SCHEDULES = ('linear', 'cosine')
@@ -45,9 +46,11 @@ class KVCache:
     that only served as queries) are overwritten by the next forward.
     """
 
-    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32):
+    def __init__(self, config, batch_size, max_slots, device=None, dtype=torch.float32, spare=0):
+        """Each row holds up to max_slots slots, and a forward may write `spare` more that are never kept."""
         n_head = config.n_head
-        shape = (batch_size, n_head, max_slots, config.n_embd // n_head)
+        self.slots = max_slots
+        shape = (batch_size, n_head, max_slots + spare, config.n_embd // n_head)
         # one buffer per layer, head-major as attention reads it (a matmul over (row, head) pairs copies a buffer
         # whose two dims do not merge), written in place by index_put_ (a compiled step copies a buffer whole to
         # scatter into a slice of it); zeros, not empty: a hidden key still enters the attention scores
@@ -97,16 +100,22 @@ def cache_place(model):
     return p.device, torch.get_autocast_dtype(p.device.type) if torch.is_autocast_enabled(p.device.type) else p.dtype
 
 
-def step_forward(model, cache, tokens, positions, targets):
-    """Engine.step's forward: logits (B, k, V) of the k targets (B, k) after the new slots tokens,
-    positions (B, m); the last slot runs once per target (its copies see what it sees)."""
-    B, m = positions.shape
-    k = targets.size(1)
-    tok = torch.cat([tokens, tokens[:, -1:].expand(B, k - 1)], 1)
-    pos = torch.cat([positions, positions[:, -1:].expand(B, k - 1)], 1)
-    tgt = torch.cat([positions[:, 1:], targets], 1)
-    queries = torch.arange(m - 1, m + k - 1, device=tok.device).expand(B, k)  # no logits for the other slots
-    return model.forward_slots(tok, pos, tgt, cache, cache.mask(m, m, k - 1), out_slots=queries)
+def step_forward(model, cache, tokens, positions, targets, m):
+    """Engine.step's forward: logits (B, K, V) of the targets (B, K) after the new slots tokens, positions (B, W),
+    of which each row's first m (B,) are read and the rest are padding (position -1, seen by none); the last read
+    slot runs once per target (its copies, after the W slots, see what it sees). A padding target (-1) gives
+    logits nobody reads."""
+    B, W = positions.shape
+    K = targets.size(1)
+    last = (m - 1).unsqueeze(1)
+    read = torch.arange(W, device=m.device) < m.unsqueeze(1)
+    following = torch.cat([positions[:, 1:], positions[:, :1]], 1)  # each slot predicts the next slot's position
+    own_targets = torch.where(read, following, -1).scatter(1, last, targets[:, :1])
+    tok = torch.cat([tokens, tokens.gather(1, last).expand(B, K - 1)], 1)
+    pos = torch.cat([positions, positions.gather(1, last).expand(B, K - 1)], 1)
+    tgt = torch.cat([own_targets, targets[:, 1:]], 1)
+    queries = torch.cat([last, W - 1 + torch.arange(1, K, device=m.device).expand(B, K - 1)], 1)
+    return model.forward_slots(tok, pos, tgt, cache, cache.mask(m, W, K - 1), out_slots=queries)
 
 
 class Forward:
@@ -136,7 +145,7 @@ class Forward:
             return self.fn(self.model, self.cache, *args)
         end = width = self.cache.end if self.cache is not None else None
         if self.cache is not None:  # a graph attends to one of a few widths of the cache (all where end is unknown)
-            width = self.cache.end = end and graph_width(end, self.cache.k[0].size(2))
+            width = self.cache.end = end and graph_width(end, self.cache.slots, self.cache.k[0].size(2))
         key = tuple((a.shape, a.stride(), a.dtype) if torch.is_tensor(a) else a for a in args) + (width,)
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
@@ -153,14 +162,22 @@ class Forward:
         return out.clone() if self.graphs else out
 
 
-def graph_width(end, max_slots):
+def graph_width(end, slots, size):
     """The cache slots a compiled step attends when the first `end` hold every row's: end rounded up to a power of
-    two, at least GRAPH_WIDTH, at most max_slots. A long decoding then runs a few graphs per step shape, each
-    reading at most twice what is filled, where one graph of max_slots would read the whole cache at every step."""
-    return min(max_slots, max(GRAPH_WIDTH, 1 << (end - 1).bit_length()))
+    two, at least GRAPH_WIDTH; the whole buffer (`size`: the rows' `slots` and the spare) once that would reach the
+    slots. A long decoding then runs a few graphs per step shape, each reading at most twice what is filled, where
+    one graph of the whole buffer would read it all at every step; up to a block of GRAPH_WIDTH, one graph."""
+    width = max(GRAPH_WIDTH, 1 << (end - 1).bit_length())
+    return size if width + 1 >= slots else width
 
 
-GRAPH_WIDTH = 256  # up to this block a decoding runs one graph per step shape, as wide as the cache
+def step_width(sizes):
+    """The width of a compiled decoding loop whose steps decode `sizes` tokens: its widest step rounded up to a power
+    of two, so that schedules of about the same widths share a graph."""
+    return 1 << (max(sizes) - 1).bit_length()
+
+
+GRAPH_WIDTH = 256  # up to this block a decoding runs one graph per step shape, over the whole cache
 
 
 _fell_back = []  # whether note_eager_fallback has printed its note in this process
@@ -178,19 +195,25 @@ class Engine:
     """Cached any-order decoding of a batch of batch_size rows, up to max_slots slots each.
 
     The cache holds keys and values in the autocast dtype when autocast is on where the engine is
-    made, else in the model's dtype. After compile_decoding(model) each step runs compiled: one graph
-    per step shape (new slots, targets), whatever the cache holds.
+    made, else in the model's dtype. After compile_decoding(model) each step after the first runs
+    compiled, padded to step_width new slots and targets (its widest step, or more): one graph for
+    every step of the loop, whatever the schedule gives each and whatever the cache holds.
     """
 
-    def __init__(self, model, batch_size, max_slots, compiled=True):
-        self.cache = KVCache(model.config, batch_size, max_slots, *cache_place(model))
+    def __init__(self, model, batch_size, max_slots, compiled=True, step_width=1):
+        compiled = compiled and step_forward in getattr(model, 'compiled', {})
+        self.step_width = step_width if compiled else 0
+        # room for the padding of the last steps
+        self.cache = KVCache(model.config, batch_size, max_slots, *cache_place(model),
+                             spare=2 * max(self.step_width - 1, 0))
         self.forward = Forward(model, self.cache, step_forward, compiled)
-        self.length, self.new = 0, 0  # slots committed (the same in every row), and of the last step
+        self.length, self.new, self.width = 0, 0, 0  # slots committed (the same in every row), new in the last
+        # step, and those with its padding
 
     def reset(self):
         """Forget every slot: the next step starts a new sequence."""
         self.cache.lengths.zero_()
-        self.length, self.new = 0, 0
+        self.length, self.new, self.width = 0, 0, 0
 
     def step(self, tokens, positions, targets):
         """Logits (B, k, V) for each target position in targets (B, k).
@@ -200,18 +223,35 @@ class Engine:
         previous step. Each predicts the position after it; the last one is run once per target,
         and these copies see the cache, the other new slots and themselves only, so every target is
         predicted from the same context. Then accept() keeps the slots.
+
+        A compiled step pads m and k to step_width: padding slots that none sees, targets whose logits none reads.
         """
-        self.new = positions.size(1)
-        end = self.length + self.new + targets.size(1) - 1
+        B, m = positions.shape
+        k = targets.size(1)
+        eager = self.length == 0 or not self.step_width  # the prompt's length varies between calls
+        if not eager and max(m, k) > self.step_width:
+            raise ValueError(f'a step of {m} new slots and {k} targets is wider than the engine\'s step_width '
+                             f'({self.step_width})')
+        self.new, self.width = m, m if eager else self.step_width
+        K = k if eager else self.step_width
+        end = self.length + self.width + K - 1
         if end > self.cache.k[0].size(2):
             raise ValueError(f'KV cache overflow: {end} slots needed, {self.cache.k[0].size(2)} allocated')
         self.cache.end = end
-        # the first step reads the prompt, whose length varies between calls: eager, not a graph per prompt
-        return self.forward(tokens, positions, targets, eager=self.length == 0)
+
+        def pad(t, n, value):  # into a new tensor: one stride, as the graph guards
+            return torch.cat([t, t.new_full((B, n - t.size(1)), value)], 1)
+        read = torch.full((B,), m, device=positions.device)
+        logits = self.forward(pad(tokens, self.width, 0), pad(positions, self.width, -1), pad(targets, K, -1), read,
+                              eager=eager)
+        return logits[:, :k]
 
     def accept(self, last=None):
         """Keep the last step's slots, with the copy of row b's last slot whose target is decoded
-        next: copy last[b] (B,), or copy 0 if last is None."""
+        next: copy last[b] (B,), or copy 0 if last is None. Copies follow the slots in an unpadded step only
+        (order=confidence decodes eager)."""
+        if last is not None and self.width != self.new:
+            raise ValueError('a padded (compiled) step keeps copy 0 of its last slot only: decode eager')
         self.cache.commit(self.new, last)
         self.length, self.new = self.length + self.new, 0
 
@@ -247,12 +287,12 @@ def masked_forward(model, cache, z, positions):
     return model.forward_masked(z, out_positions=positions)
 
 
-def make_engine(model, batch_size, length, compiled=True):
-    """The engine that decodes rows of `length` tokens with `model`: the encoder's or the cached decoder's, whose
-    steps run compiled if compile_decoding(model) ran and `compiled`."""
+def make_engine(model, batch_size, length, compiled=True, sizes=(1,)):
+    """The engine that decodes rows of `length` tokens with `model` in steps of `sizes` tokens: the encoder's or the
+    cached decoder's, whose steps run compiled if compile_decoding(model) ran and `compiled`."""
     if model.config.is_encoder:
         return EncoderEngine(model, batch_size, length)
-    return Engine(model, batch_size, length + 1, compiled)
+    return Engine(model, batch_size, length + 1, compiled, step_width(sizes))
 
 
 def check_order(model, order, speculate=0):
@@ -575,10 +615,11 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     masked = decoding_orders((~known).nonzero().squeeze(1), B, order, generator)  # confidence: reordered below
     given = known.nonzero().squeeze(1).expand(B, -1)
     # order=confidence scores every masked position each step, a width that shrinks: a graph per step, so eager
-    engine = make_engine(model, B, T, compiled=order != 'confidence')
+    sizes = step_sizes(masked.size(1), steps, schedule)
+    engine = make_engine(model, B, T, compiled=order != 'confidence', sizes=sizes)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
     decoded = []
-    for k in tqdm(step_sizes(masked.size(1), steps, schedule), disable=not progress, desc='steps'):
+    for k in tqdm(sizes, disable=not progress, desc='steps'):
         candidates = masked if order == 'confidence' else masked[:, :k]
         logits = engine.step(x.gather(1, positions.clamp(min=0)), positions, candidates)[..., :n_tokens]
         if order == 'confidence':

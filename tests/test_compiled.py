@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import engine
 from conftest import TINY_BLOCK as T, tiny_mdm, tiny_model
-from engine import (Engine, Sampling, Speculation, compile_decoding, generate, generate_many, inverse_cdf,
+from engine import (Engine, Sampling, Speculation, compile_decoding, generate, generate_many, inverse_cdf, step_sizes,
                     store_linear_weights)
 from model import attend
 from test_sample import KNOWN, uncached_logits
@@ -259,6 +259,29 @@ def test_compiled_sampling_draws_eager_tokens_over_every_documented_use(fresh_dy
         assert drawn[0] == drawn[1], (name, options, known)
 
 
+def test_a_compiled_loop_meets_one_graph_whatever_its_steps(fresh_dynamo, no_eager_steps, monkeypatch):
+    """Schedules, step counts, orders and templates on one compiled model: each loop pads its steps to its widest
+    one's power of two, so the graphs are one per (that width, batch size), all under a recompile limit lowered to
+    their number, none run eager, and the tokens are eager's (whose steps are unpadded)."""
+    from torch._dynamo.utils import counters
+    counters.clear()
+    eager_graphs(monkeypatch)
+    eager, compiled = tiny_model(), tiny_model()
+    compile_decoding(compiled)
+    x = torch.randint(0, 11, (1, T), generator=torch.Generator().manual_seed(0)).tolist()[0]
+    runs = [(order, schedule, steps, known) for order in ('random', 'l2r') for schedule in ('linear', 'cosine')
+            for steps, known in ((3, 'none'), (4, 'prefix'), (5, 'infill'), (7, 'none'), (8, 'prefix'))]
+    widest = [max(step_sizes(KNOWN[known].count(False), steps, schedule)) for _, schedule, steps, known in runs]
+    shapes = {(1 << (n - 1).bit_length(), batch) for n in widest for batch in (2, 1)}  # 3 samples in batches of 2
+    assert len(shapes) == 8 < 2 * len(set(widest))  # the loops share graphs
+    with torch._dynamo.config.patch(recompile_limit=len(shapes)):
+        for order, schedule, steps, known in runs:
+            drawn = [generate_many(model, x, KNOWN[known], 3, 2, steps, order=order, schedule=schedule,
+                                   generator=torch.Generator().manual_seed(1)) for model in (compiled, eager)]
+            assert drawn[0] == drawn[1], (order, schedule, steps, known)
+    assert counters['stats']['unique_graphs'] == len(shapes)
+
+
 def test_compiled_attention_accumulates_in_float32_as_the_eager_kernel_does():
     """Under bf16 autocast the compiled step's attention (attend, over a long cache with peaked scores) is as close
     to float32's as the eager step's fused kernel (scaled_dot_product_attention): scores rounded to bf16 before the
@@ -330,5 +353,5 @@ def test_a_long_compiled_decoding_attends_to_a_few_widths_of_the_cache(fresh_dyn
     drawn = [generate(model, x.clone(), known, 37, generator=torch.Generator().manual_seed(4))[0]
              for model in (compiled, eager)]
     assert torch.equal(*drawn)
-    assert engine.graph_width(9, 41) == 16 and engine.graph_width(33, 41) == 41 and engine.graph_width(3, 41) == 8
+    assert engine.graph_width(9, 41, 41) == 16 and engine.graph_width(33, 41, 45) == 45 and engine.graph_width(3, 41, 41) == 8
     assert widths == [8, 16, 32, 41]  # each traced once: the steps after the prompt's, ends 5 to 40
