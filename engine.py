@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from tqdm import tqdm
 
 SCHEDULES = ('linear', 'cosine')

@@ -325,7 +325,7 @@ class AOGPTCharTokenizer(PreTrainedTokenizer):
     preparation made), then one special token, which encode() does not add: a decoder's start slot (bos_token) or
     the encoder's [MASK] (mask_token)."""
     vocab_files_names = {'vocab_file': 'vocab.json'}
-    model_input_names = ['input_ids']
+    model_input_names = ['input_ids', 'attention_mask']
 
     def __init__(self, vocab_file=None, **kwargs):
         if vocab_file is None:  # transformers passes None for a file the folder lacks

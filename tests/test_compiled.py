@@ -259,6 +259,7 @@ def test_compiled_sampling_draws_eager_tokens_over_every_documented_use(fresh_dy
         assert drawn[0] == drawn[1], (name, options, known)
 
 
+@pytest.mark.slow  # 20 loops, twice each
 def test_a_compiled_loop_meets_one_graph_whatever_its_steps(fresh_dynamo, no_eager_steps, monkeypatch):
     """Schedules, step counts, orders and templates on one compiled model: each loop pads its steps to its widest
     one's power of two, so the graphs are one per (that width, batch size), all under a recompile limit lowered to
