@@ -62,6 +62,7 @@ def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
     assert 'rotary cost' in out, out
 
 
+@pytest.mark.slow  # transformers in a fresh interpreter
 def test_generate_compares_transformers_cache_with_none_and_with_the_folders_sampler(tmp_path, one_thread):
     out = run_script('bench.py', '--run=generate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--vocab_size=50', '--sample_block_size=16', '--sample_steps=4', '--generate_tokens=12',

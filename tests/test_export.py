@@ -546,7 +546,8 @@ def left_padded(rows, pad, start=()):
     return ids, mask
 
 
-@pytest.mark.parametrize('args', [{}, dict(position_encoding='rotary'), dict(target_injection='add')],
+@pytest.mark.parametrize('args', [{}, pytest.param(dict(position_encoding='rotary'), marks=pytest.mark.slow),
+                                  pytest.param(dict(target_injection='add'), marks=pytest.mark.slow)],
                          ids=['ao-gpt', 'rotary', 'sigma-gpt'])
 def test_generate_with_the_cache_and_left_padding_gives_each_rows_tokens_alone(args):
     """A folder's causal LM with transformers' cache and left padding: a padded batch read in two cached forwards
