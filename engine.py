@@ -240,9 +240,9 @@ class Engine:
 
         def pad(t, n, value):  # into a new tensor: one stride, as the graph guards
             return torch.cat([t, t.new_full((B, n - t.size(1)), value)], 1)
-        read = torch.full((B,), m, device=positions.device)
-        logits = self.forward(pad(tokens, self.width, 0), pad(positions, self.width, -1), pad(targets, K, -1), read,
-                              eager=eager)
+        if not eager:
+            tokens, positions, targets = pad(tokens, self.width, 0), pad(positions, self.width, -1), pad(targets, K, -1)
+        logits = self.forward(tokens, positions, targets, torch.full((B,), m, device=positions.device), eager=eager)
         return logits[:, :k]
 
     def accept(self, last=None):
