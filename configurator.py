@@ -47,9 +47,17 @@ def setting_keys(namespace):
     return [k for k, v in namespace.items() if not k.startswith('_') and k.islower() and isinstance(v, PLAIN_TYPES)]
 
 
+class Overrides(dict):
+    """{key: new value}, and `flags`: the keys the command line's --key=value set (the rest came from config files)."""
+
+    def __init__(self, values, flags):
+        super().__init__(values)
+        self.flags = flags
+
+
 def configure(namespace, keys=None, argv=None, doc=None):
     """Apply the overrides in argv (default sys.argv[1:]) to the settings `keys` (default
-    setting_keys(namespace)) of namespace; return {key: new value}.
+    setting_keys(namespace)) of namespace; return them as Overrides ({key: new value}, and which came from flags).
 
     Types are checked against the defaults and namespace is only updated once every argument
     is valid, so a mistake leaves the settings untouched.
@@ -59,7 +67,7 @@ def configure(namespace, keys=None, argv=None, doc=None):
     if '--help' in args or '-h' in args:
         print_help(namespace, keys, doc)
         raise SystemExit(0)
-    overrides = {}
+    overrides, flags = {}, set()
     while args:
         arg = args.pop(0)
         if arg.startswith('-') and not arg.startswith('--'):  # a flag with one dash, not a config file
@@ -80,11 +88,12 @@ def configure(namespace, keys=None, argv=None, doc=None):
             else:
                 fail(f'--{key} needs a value')
         overrides[key] = parse_text(key, text, namespace[key])
+        flags.add(key)
     if rank() == 0:
         for key, value in overrides.items():
             print(f'override: {key} = {value!r}')
     namespace.update(overrides)
-    return overrides
+    return Overrides(overrides, flags)
 
 
 def read_config_file(path, keys=()):

@@ -13,6 +13,7 @@ is model.py's, unchanged: its weights load under the same names. In any order, s
 engine.py, as sample.py does; log_likelihood() and gap_log_likelihood() score exactly with scoring.py, as
 eval_ppl.py does.
 """
+import dataclasses
 import json
 import math
 import os
@@ -227,13 +228,18 @@ class AOGPTForMaskedLM(AOGPTPreTrainedModel):
         return MaskedLMOutput(loss=loss, logits=logits)
 
 
+# the output's cache, by the name the installed transformers reads: cache, past_key_values before it was renamed
+CACHE_FIELD = 'cache' if 'cache' in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else 'past_key_values'
+
+
 class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
     """An AO-GPT or sigma-GPT decoder read left to right, with transformers' cache (a DynamicCache) and left padding."""
 
     def get_input_embeddings(self):
         return self.transformer.wte
 
-    def forward(self, input_ids, labels=None, attention_mask=None, cache=None, use_cache=None, **kwargs):
+    def forward(self, input_ids, labels=None, attention_mask=None, cache=None, use_cache=None, past_key_values=None,
+                **kwargs):
         """logits (B, T, V + 1): logits[:, t] predicts the token after input_ids[:, t] from the row's tokens up to t;
         with labels, their mean cross-entropy (labels shifted inside, -100 ignored, as every causal LM of
         transformers). Rows may begin with the start id (bos_token_id), all or none, after their padding.
@@ -241,10 +247,9 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         attention_mask (B, columns so far): 0 on a row's left padding, which no token sees and which moves the row's
         positions, so that each row reads as it would alone. cache: the keys and values of the columns before
         input_ids (and of the start slot the first forward adds), which use_cache (the config's by default) returns
-        filled, as transformers' causal LMs do; generate() passes it from step to step."""
-        if kwargs.get('past_key_values') is not None:
-            raise ValueError("this folder's code takes transformers' cache as `cache` (transformers 5): upgrade "
-                             "transformers")
+        filled, as transformers' causal LMs do; generate() passes it from step to step (as past_key_values before
+        transformers named it cache)."""
+        cache = past_key_values if cache is None else cache
         check_inputs(input_ids, self.config.vocab_size)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if cache is None and use_cache:
@@ -260,7 +265,7 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: cache if use_cache else None})
 
     def slots(self, input_ids, attention_mask, past, cache):
         """The network's slots of input_ids (B, n) after `past` cached ones: tokens, positions, targets (B, S), and

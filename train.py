@@ -160,6 +160,13 @@ if init_from.lower() in INIT_MODES and init_from not in INIT_MODES and not os.pa
 ORDER_FLAGS = ('order_mix', 'order_curriculum', 'order_stages', 'fim_max_span')  # the orders of a mixed run
 
 
+def given_shares(keys):
+    """Those of `keys` (settings that give the order families' shares) set for this run, less a config file's when the
+    command line gives the shares (--order_mix or --order_stages): a flag replaces what the config file chose."""
+    from_flags = any(k in overridden.flags for k in ('order_mix', 'order_stages'))
+    return [k for k in keys if k in overridden and (k in overridden.flags or not from_flags)]
+
+
 def read_stages():
     """The stages of a 'mixed' run's order families (training.parse_stages): --order_stages, or --order_mix (or the
     paper's two from random_ratio) reached over --order_curriculum."""
@@ -169,7 +176,7 @@ def read_stages():
             fail(f'--{given[0]} sets the orders of a mixed run: add --order=mixed (got --order={order})')
         return None
     if order_stages:
-        given = [k for k in ('order_mix', 'random_ratio', 'order_curriculum') if k in overridden]
+        given = given_shares(('order_mix', 'random_ratio', 'order_curriculum'))
         if given:
             fail(f'--order_stages gives the shares of every stage: drop --{given[0]}')
         try:
@@ -182,7 +189,7 @@ def read_stages():
         return stages
     if not order_mix:
         return mix_stages(paper_mix(random_ratio), order_curriculum)
-    if 'random_ratio' in overridden:
+    if given_shares(('random_ratio',)):
         fail(f'--order_mix={order_mix} and --random_ratio={random_ratio} both give the shares: drop --random_ratio '
              f'(its mix is random:{random_ratio:g},l2r:{1 - random_ratio:g})')
     try:

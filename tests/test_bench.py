@@ -110,16 +110,19 @@ def test_gpu_check_dry_run(tmp_path, workdir):
     for name in ('shakespeare', 'python'):
         for split in ('train', 'val'):
             synthetic_gpt2_ids(20000, 0).tofile(root / 'data' / name / f'{split}.bin')
-    # the Python corpus with rotary positions only: its learned run is the same command with the config that the
-    # first training step runs; and not the rotary training step, the command of the Python corpus's rotary run
-    env = dict(os.environ, SMALL='1', OUT=str(tmp_path / 'out'), PYTHON_PE='rotary',
-               ONLY='env train char python decode arch ensemble speculate')
+    # not the Python corpus's runs (python) nor the rotary training step (rotary): tax trains the Python corpus's
+    # rotary run (config and data) for each of its arms, and train runs torchrun with the config of the learned run
+    env = dict(os.environ, SMALL='1', OUT=str(tmp_path / 'out'),
+               ONLY='env tax train char decode ensemble speculate generate arch')
     subprocess.run(['bash', 'tools/gpu_check.sh'], cwd=root, env=env, check=True, capture_output=True)
     report = (tmp_path / 'out' / 'report.md').read_text()
     verdicts = re.findall(r'^## (.*): (\S+)', report, flags=re.M)
-    assert len(verdicts) == 9 and all(v == 'ok,' for _, v in verdicts), report
-    for table in ('speculative compiled', 'encoder / AO-GPT', 'ensemble=8', 'forwards/token', 'metrics.jsonl, rotary'):
+    assert len(verdicts) == 11 and all(v == 'ok,' for _, v in verdicts), report
+    for table in ('speculative compiled', 'encoder / AO-GPT', 'ensemble=8', 'forwards/token', 'metrics.jsonl, fim-mix',
+                  'ensemble=2', 'cached/sample()'):
         assert table in report, table
+    assert sorted(os.listdir(tmp_path / 'out')) == ['all.log', 'report.md'] + \
+        [f'tax-{arm}-gaps.json' for arm in ('fim-mix', 'gpt', 'paper')]
 
 
 @pytest.mark.parametrize('env, words', [(dict(ONLY='decode bogus'), ('ONLY=decode bogus', 'bogus is not a step')),

@@ -487,7 +487,6 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
     (lambda m, x, t: m(x, attention_mask=torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])), 'pad on the left'),
     (lambda m, x, t: m(x, attention_mask=torch.ones(2, 3)), 'attention_mask of shape (2, 3)'),
     (lambda m, x, t: m(x, attention_mask=torch.full((2, 4), 2)), 'values other than 0 and 1'),
-    (lambda m, x, t: m(x, past_key_values=object()), 'as `cache` (transformers 5)'),
     (lambda m, x, t: m(x, cache=foreign_cache()), 'not filled by this model'),
     (lambda m, x, t: m(torch.tensor([[1, 11, 2]])), 'the start id 11 begins every row or none'),
     (lambda m, x, t: m.generate(x, max_new_tokens=5), '8 tokens in a row: this model reads at most 7'),
@@ -554,13 +553,14 @@ def test_generate_with_the_cache_and_left_padding_gives_each_rows_tokens_alone(a
     gives each row's logits from the network reading the row alone (with and without the start id); greedy
     generate() is each row's argmax chain of such full forwards; sampling and beam search give the same tokens with
     and without the cache."""
+    from modeling_ao_gpt import CACHE_FIELD
     model = tiny_causal_lm(**args)
     bos, rows = model.config.bos_token_id, [[3, 1, 4, 1, 5], [9, 2], [6]]
-    with torch.no_grad():
-        for start in ((), (bos,)):
+    with torch.no_grad():  # the cache by transformers' name and by its name before (past_key_values)
+        for start, name in (((), 'cache'), ((bos,), 'past_key_values')):
             ids, mask = left_padded(rows, bos, start)
             first = model(ids[:, :3], attention_mask=mask[:, :3])
-            rest = model(ids[:, 3:], attention_mask=mask, cache=first.cache)
+            rest = model(ids[:, 3:], attention_mask=mask, **{name: getattr(first, CACHE_FIELD)})
             logits = torch.cat([first.logits, rest.logits], 1)
             for b, row in enumerate(rows):
                 torch.testing.assert_close(logits[b, -len(row):, :-1], next_token_logits(model, torch.tensor(row)),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import metrics, run_here, run_script, tiny_model, train
+from conftest import TINY, metrics, one_line_error, run_here, run_script, says, tiny_model, train
 from training import (describe_orders, fim_orders, mix_stages, paper_mix, parse_mix, parse_stages, run_mix,
                       sample_orders, shares_at, training_inputs)
 
@@ -162,16 +162,21 @@ def test_a_decoders_training_inputs_take_the_mix():
 
 def test_train_draws_the_mix_it_is_given(workdir):
     """An all-left-to-right mix trains exactly as --order=l2r (one micro-batch: its rows are drawn before its
-    orders); the paper's mix given as shares trains exactly as random_ratio's default."""
+    orders); the paper's mix given as shares trains exactly as random_ratio's default, also over a config file
+    that sets random_ratio (as the small recipe's does): the command line's mix replaces it."""
     short = ['--max_iters=6', '--eval_interval=3']
+    (workdir / 'half_random.py').write_text('random_ratio = 0.5\n')
     train(workdir, 'out-mix-l2r', *short, '--order=l2r')
     train(workdir, 'out-mix-all-l2r', *short, '--order_mix=l2r:1')
     train(workdir, 'out-mix-paper', *short)
     train(workdir, 'out-mix-shares', *short, '--order_mix=random:0.9,l2r:0.1')
+    train(workdir, 'out-mix-over-config', *short, '--order_mix=random:0.9,l2r:0.1', config='half_random.py')
     strip = lambda out: [{k: v for k, v in r.items() if k not in ('elapsed', 'tokens_per_sec')}
                          for r in metrics(workdir, out)]
     assert strip('out-mix-l2r') == strip('out-mix-all-l2r')
-    assert strip('out-mix-paper') == strip('out-mix-shares') != strip('out-mix-l2r')
+    assert strip('out-mix-paper') == strip('out-mix-shares') == strip('out-mix-over-config') != strip('out-mix-l2r')
+    (workdir / 'both_shares.py').write_text('random_ratio = 0.5\norder_mix = "random:0.9,l2r:0.1"\n')
+    says(one_line_error('train.py', 'both_shares.py', *TINY, cwd=workdir), '--order_mix', 'drop --random_ratio')
 
 
 @pytest.mark.parametrize('kind', ['decoder', 'encoder'])

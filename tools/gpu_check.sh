@@ -4,8 +4,9 @@
 # BUDGET caps a call's seconds, so that a call fits a session's device time).
 #
 #   bash tools/gpu_check.sh                           # on a machine with a GPU; the report in $OUT/report.md
-#   ONLY='python decode' bash tools/gpu_check.sh      # some steps only (keys: env train char python decode arch
-#                                                     #   ensemble speculate rotary), the runs kept in $WORK for the next call
+#   ONLY='python decode' bash tools/gpu_check.sh      # some steps only (keys: env tax train char python decode
+#                                                     #   ensemble speculate generate arch rotary), the runs kept in $WORK
+#                                                     #   for the next call
 #   BUDGET=580 bash tools/gpu_check.sh                # each step's limit cut to the seconds left; none starts with < 30
 #   PYTHON_PE=rotary bash tools/gpu_check.sh          # the Python corpus with rotary positions only (speculate's model)
 #   SMALL=1 bash tools/gpu_check.sh                   # a dry run on the CPU with tiny models (tests/test_bench.py)
@@ -17,7 +18,7 @@
 # calls read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEPS='env train char python decode arch ensemble speculate rotary'
+STEPS='env tax train char python decode ensemble speculate generate arch rotary'
 ONLY=${ONLY:-$STEPS}
 for key in $ONLY; do  # a misspelt key would run nothing and say nothing
     if [[ " $STEPS " != *" $key "* ]]; then
@@ -52,6 +53,9 @@ if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none 
     SYNC=()
     SPECULATE=(--speculate_k=4 --compile=False --batch_size=2)  # compiling a graph for each k and batch takes
                                                                  # minutes here, a batch of 16 at 50k tokens a minute
+    GAPS=(--gaps=span:1,span:4,span:16 --max_chunks=4 --ensemble=2)
+    ARCH=(--compile=False)  # three architectures' graphs take a minute here; tests/test_compiled.py compiles each
+    GENERATE=(--generate_tokens=16 --batch_size=2)
 else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     SCALE=(--device=cuda --dtype=bfloat16)
     BLOCK=1024
@@ -69,12 +73,20 @@ else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     # auto: 8 at batch 1, none at 16 with GPT-2's vocabulary (the CPU's rule): k=4 tries it; a graph for each k and
     # batch compiles
     SPECULATE=(--speculate_k=4,auto --compile=True --batch_size=16)
+    # every val chunk of the Python corpus (339), each column in bf16
+    GAPS=(--gaps=span:1,span:4,span:16,span:64 --max_chunks=0 --ensemble=4)
+    GENERATE=(--generate_tokens=256 --batch_size=16 --rounds=2)
+    ARCH=(--compile=True)
 fi
+
+wanted() {  # wanted KEY: whether ONLY has KEY
+    [[ " $ONLY " == *" $1 "* ]]
+}
 
 step() {  # step KEY NAME SECONDS COMMAND...: run COMMAND under a time limit if ONLY has KEY; its output's end goes
          # in the report
     local key=$1 name=$2 seconds=$3 log t0=$SECONDS rc verdict
-    [[ " $ONLY " == *" $key "* ]] || return 0
+    wanted $key || return 0
     [ "${SMALL:-0}" = 1 ] && seconds=300  # the CPU compiles slowly; tiny models decide nothing
     shift 3
     if [ -n "${BUDGET:-}" ] && [ $((BUDGET - SECONDS)) -lt "$seconds" ]; then
@@ -89,7 +101,7 @@ step() {  # step KEY NAME SECONDS COMMAND...: run COMMAND under a time limit if 
     rc=$?
     case $rc in 0) verdict=ok ;; 124|137) verdict="stopped at its limit of $seconds s" ;; *) verdict="exit $rc" ;; esac
     { echo "## $name: $verdict, $((SECONDS - t0)) s"; echo; echo '```'; echo "\$ $*"
-      grep -v -e 'Warning' -e '^ *warnings.warn' -e '^override: ' "$log" | tail -n 60; echo '```'; echo; } >>"$REPORT"
+      grep -v -e 'Warning' -e '^ *warnings.warn' -e '^override: ' -e 'it/s]$' "$log" | tail -n 60; echo '```'; echo; } >>"$REPORT"
     { echo "===== $name: $verdict"; cat "$log"; } >>"$OUT/all.log"
     rm -f "$log"
 }
@@ -100,6 +112,49 @@ step env environment 60 python3 -c "
 import torch, platform
 print('python', platform.python_version(), '| torch', torch.__version__, '| cuda', torch.version.cuda)
 print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU: ' + platform.processor())"
+
+# the any-order tax at the small recipe's size (rotary, queries at the target; the Python corpus, the same batches
+# for each: they depend on the seed and the iteration only): the GPT, the paper's mix and finding orders' FIM mix,
+# trained side by side on the one GPU (their compiles overlap), then each one's gap NLL (eval_ppl.py --gaps, both
+# sides and the left only) on the val chunks, its gaps.json brought back in $OUT
+FIM_MIX=$(python3 -c 'from experiments import FIM_MIX; print(FIM_MIX)')
+TAX_ARMS="gpt:--order=l2r paper:--order=mixed fim-mix:--order_mix=$FIM_MIX"
+side_by_side() {  # side_by_side LOG COMMAND...: COMMAND for each arm at once, @ARM@ in it read as the arm's name and
+                  # an argument @ORDER@ as its order flag, each one's output in $WORK/tax-<arm>.LOG; the end of each
+                  # printed; fails if any fails
+    local log=$1 rc=0 arm flag arg args pids=()
+    shift
+    for spec in $TAX_ARMS; do
+        arm=${spec%%:*} flag=${spec#*:} args=()
+        for arg in "$@"; do
+            arg=${arg//@ARM@/$arm}
+            args+=("${arg/#@ORDER@/$flag}")
+        done
+        mkdir -p $WORK/tax-$arm
+        "${args[@]}" >$WORK/tax-$arm.$log 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait $pid || rc=1; done
+    for spec in $TAX_ARMS; do echo "### ${spec%%:*}"; tail -n 16 $WORK/tax-${spec%%:*}.$log; done
+    return $rc
+}
+export -f side_by_side
+export WORK TAX_ARMS
+step tax 'the any-order tax: GPT, paper mix, FIM mix trained side by side' 360 bash -c 'side_by_side train.log "$@"' _ \
+    python3 train.py config/train_ao_gpt_small_rotary.py --dataset=python --gradient_accumulation_steps=1 \
+    --out_dir=$WORK/tax-@ARM@ @ORDER@ --overwrite=True "${SCALE[@]}" "${LONG[@]}" "${TINY[@]}"
+wanted tax && for spec in $TAX_ARMS; do
+    arm=${spec%%:*}
+    [ -f $WORK/tax-$arm/metrics.jsonl ] && { echo "### metrics.jsonl, $arm"; echo '```'; cat $WORK/tax-$arm/metrics.jsonl
+                                            echo '```'; echo; } >>"$REPORT"
+done
+step tax 'the any-order tax: gap NLLs' 120 bash -c 'side_by_side gaps.log "$@"' _ python3 eval_ppl.py \
+    --out_dir=$WORK/tax-@ARM@ --data_file=data/python/val.bin --dtype=bfloat16 "${SCALE[@]:0:1}" "${GAPS[@]}" \
+    --out_json=$WORK/tax-@ARM@/gaps.json
+wanted tax && for spec in $TAX_ARMS; do
+    arm=${spec%%:*}
+    [ -f $WORK/tax-$arm/gaps.json ] && cp $WORK/tax-$arm/gaps.json "$OUT/tax-$arm-gaps.json"
+done
 
 # training: tok/s, MFU and peak memory of the small recipe (tiny Shakespeare in GPT-2 BPE stands in for OpenWebText);
 # its checkpoint is the ensemble's model. The rotary run (key rotary) comes last: the least needed if time runs short
@@ -117,7 +172,7 @@ for pe in ${PYTHON_PE:-learned rotary}; do
     step python "the small recipe on the Python corpus, $pe positions" 150 torchrun --standalone --nproc_per_node=1 \
         train.py $config --dataset=python --gradient_accumulation_steps=1 --out_dir=$WORK/python-$pe --overwrite=True \
         "${LONG[@]}" "${TINY[@]}"
-    [ -f $WORK/python-$pe/metrics.jsonl ] && { echo "### metrics.jsonl, $pe"; echo '```'; cat $WORK/python-$pe/metrics.jsonl
+    wanted python && [ -f $WORK/python-$pe/metrics.jsonl ] && { echo "### metrics.jsonl, $pe"; echo '```'; cat $WORK/python-$pe/metrics.jsonl
                                                 echo '```'; echo; } >>"$REPORT"
 done
 # decoding: eager against compiled steps (CUDA graphs), 256 tokens one per step at block 1,024, batch 1, 16 and 64
@@ -128,9 +183,6 @@ CHAR=()
 step decode 'decoding steps, eager and compiled' 240 python3 bench.py --run=step "${CHAR[@]}" \
     "${SCALE[@]}" "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --step_batches=$BATCHES --rounds=3 \
     "${ROUNDS[@]}" "${SYNC[@]}"
-# the paper's Figure 4: the encoder against AO-GPT, 1,024 tokens one per step, batch 16, compiled
-step arch 'encoder against AO-GPT' 120 python3 bench.py --run=arch --arch_train=False --compile=True "${SCALE[@]}" \
-    "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --batch_size=16
 # the context-order ensemble's seconds per 1,024-token chunk, float32 (the authors') and bf16
 step ensemble 'eval_ppl.py --ensemble 8, float32' 45 python3 eval_ppl.py --init_from=$WORK/learned/ckpt.pt \
     --data_file=data/shakespeare/val.bin --max_chunks=1 --ensemble=8 --dtype=float32 "${SCALE[@]:0:1}"
@@ -140,12 +192,18 @@ step ensemble 'eval_ppl.py --ensemble 8, bfloat16' 30 python3 eval_ppl.py --init
 # small recipe trained on the Python corpus (GPT-2's vocabulary; how many drafts are kept depends on what the model
 # learned) where it was, else on the char model and a random model of the recipe's size
 MODEL=(--checkpoint=$WORK/char/ckpt.pt)
-for pe in learned rotary; do  # rotary learns the corpus faster (docs/training.md): the more telling drafts
-    [ -f $WORK/python-$pe/ckpt.pt ] && MODEL=(--checkpoint=$WORK/python-$pe/ckpt.pt --speculate_random=False)
+for run in python-learned python-rotary tax-paper; do  # rotary learns the corpus faster (docs/training.md): the more
+    [ -f $WORK/$run/ckpt.pt ] && MODEL=(--checkpoint=$WORK/$run/ckpt.pt --speculate_random=False)  # telling drafts
 done
 step speculate 'speculative decoding' 200 python3 bench.py --run=speculate "${MODEL[@]}" "${SCALE[@]}" \
     "${RECIPE[@]}" "${SPECULATE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --speculate_top_p=0.9 \
     --speculate_tokens=$((BLOCK / 4)) --rounds=2 "${ROUNDS[@]}"
+# the paper's Figure 4: the encoder against AO-GPT, 1,024 tokens one per step, batch 16, compiled
+step arch 'encoder against AO-GPT' 120 python3 bench.py --run=arch --arch_train=False "${ARCH[@]}" "${SCALE[@]}" \
+    "${RECIPE[@]}" --sample_block_size=$BLOCK --sample_steps=$BLOCK --batch_size=16
+# transformers' generate() with its cache, against none and the folder's sample(), greedy, batch 1 and 16
+step generate "transformers' generate()" 90 python3 bench.py --run=generate "${SCALE[@]}" "${RECIPE[@]}" \
+    --sample_block_size=$BLOCK --sample_steps=$BLOCK "${GENERATE[@]}" "${ROUNDS[@]}"
 step rotary 'training, rotary positions' 100 torchrun --standalone --nproc_per_node=1 train.py \
     config/train_ao_gpt_small_rotary.py --dataset=shakespeare --gradient_accumulation_steps=1 --out_dir=$WORK/rotary --overwrite=True \
     "${SHORT[@]}" "${TINY[@]}"
