@@ -9,6 +9,7 @@ import torch
 
 from checkpoints import load_checkpoint
 from conftest import GPT2_RUN as RUN, ROOT, metrics, run_here, save_gpt2, stored_checkpoint, train
+from experiments import FIM_MIX
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -119,4 +120,4 @@ def test_the_finetuning_recipe_runs_its_first_iterations_from_gpt2(workdir, bpe_
     records = metrics(workdir, 'out-finetune')
     assert [r['iter'] for r in records] == [0, 3] and records[0]['parent'] == folder
     assert all(key in records[-1] for key in ('val_gap_span4', 'val_gap_span16_left'))
-    assert stored_checkpoint(workdir, 'out-finetune')['config']['order_stages'].endswith('@67%')
+    assert stored_checkpoint(workdir, 'out-finetune')['config']['order_mix'] == FIM_MIX
