@@ -77,6 +77,7 @@ def configure(namespace, keys=None, argv=None, doc=None):
             for key, value in read_config_file(arg, keys).items():
                 check_key(key, keys, where=f' in {arg}')
                 overrides[key] = check_value(f'{key} in {arg}', value, namespace[key])
+                flags.discard(key)  # a file after the flag sets it last
             continue
         key, has_value, text = arg[2:].partition('=')
         check_key(key, keys)

@@ -121,6 +121,7 @@ def test_config_file_then_flag_wins(tmp_path):
     assert ns['learning_rate'] == 1.0 and isinstance(ns['learning_rate'], float)
     assert run('--max_iters=7', path)[0]['max_iters'] == 100  # left to right: the file wins here
     assert changed == {'max_iters': 7, 'learning_rate': 1.0, 'out_dir': 'from_file', 'compile': True}
+    assert changed.flags == {'max_iters'} and run('--max_iters=7', path)[1].flags == set()  # who set each last
 
 
 def test_config_file_with_unknown_key_is_an_error(tmp_path):
