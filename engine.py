@@ -391,9 +391,22 @@ def compile_decoding(model, dtype='float32'):
     options = dict(mode='reduce-overhead') if cuda else dict(options={'cpp_wrapper': True})
     forwards = (masked_forward,) if model.config.is_encoder else (step_forward, speculative_forward)
     model.compiled = {fn: torch.compile(fn, dynamic=False, fullgraph=True, **options) for fn in forwards}
+    # dynamo keeps at most recompile_limit graphs of a function over every model in the process: each compiled model
+    # adds the graphs its decoding can make, so that a grid of loops on several models stays compiled
+    for limit in ('recompile_limit', 'accumulated_recompile_limit'):
+        setattr(torch._dynamo.config, limit, getattr(torch._dynamo.config, limit) + decoding_graphs(model.config))
     # Forward meets the recompile limit itself, with one note a process (note_eager_fallback): dynamo's warning of it,
     # five lines at every loop that meets it, would only repeat the note
     logging.getLogger('torch._dynamo.convert_frame').setLevel(logging.ERROR)
+
+
+def decoding_graphs(config):
+    """The most graphs of each compiled function that one model's decoding makes in a script (sample.py, gen_ppl.py):
+    one per step width (a power of two up to the block), cache width (graph_width's) and batch size (a batch and its
+    remainder)."""
+    block = config.block_size
+    cache_widths = {graph_width(end, block + 1, block + 1) for end in range(1, block + 2)}
+    return ((block - 1).bit_length() + 1) * len(cache_widths) * 2
 
 
 def store_linear_weights(model, dtype):

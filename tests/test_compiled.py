@@ -306,6 +306,7 @@ def test_step_shapes_past_the_recompile_limit_run_eager_with_one_note(fresh_dyna
     'eager'), so the test costs seconds; the limit is dynamo's, whatever backend compiles the graphs."""
     eager_graphs(monkeypatch)
     monkeypatch.setattr(engine, '_fell_back', [])
+    monkeypatch.setattr(engine, 'decoding_graphs', lambda config: 0)  # the limit stays the test's
     known = torch.tensor(KNOWN['infill'])
     x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
     with torch._dynamo.config.patch(recompile_limit=2):
@@ -357,3 +358,26 @@ def test_a_long_compiled_decoding_attends_to_a_few_widths_of_the_cache(fresh_dyn
     assert torch.equal(*drawn)
     assert engine.graph_width(9, 41, 41) == 16 and engine.graph_width(33, 41, 45) == 45 and engine.graph_width(3, 41, 41) == 8
     assert widths == [8, 16, 32, 41]  # each traced once: the steps after the prompt's, ends 5 to 40
+
+
+@pytest.mark.slow  # 20 graphs of dynamo's
+def test_a_grid_of_long_loops_on_two_models_stays_compiled(fresh_dynamo, no_eager_steps, monkeypatch):
+    """gen_ppl.py's --steps grid at a block of several cache widths, on two models in one process, from the limits as
+    torch ships them: compile_decoding raises them by each model's decoding_graphs, so none of the loops' graphs
+    (more than the shipped limit of 8) runs eager, and each draws eager's tokens."""
+    from torch._dynamo.utils import counters
+    counters.clear()
+    eager_graphs(monkeypatch)
+    monkeypatch.setattr(engine, 'GRAPH_WIDTH', 4)  # cache widths 4, 8, 16 and all at a block of 24
+    monkeypatch.setattr(torch._dynamo.config, 'recompile_limit', 8)
+    monkeypatch.setattr(torch._dynamo.config, 'accumulated_recompile_limit', 256)
+    x = torch.randint(0, 11, (24,), generator=torch.Generator().manual_seed(0)).tolist()
+    known = [False] * 24
+    for kind in KINDS[:2]:
+        eager, compiled = tiny_model(block_size=24, **kind), tiny_model(block_size=24, **kind)
+        compile_decoding(compiled)
+        for steps in (24, 3):  # steps of 1 and 8 tokens
+            drawn = [generate_many(model, x, known, 3, 2, steps, generator=torch.Generator().manual_seed(1))
+                     for model in (compiled, eager)]
+            assert drawn[0] == drawn[1], (kind, steps)
+    assert counters['stats']['unique_graphs'] == 20  # past the shipped limit for one model, let alone two
