@@ -71,8 +71,8 @@ import warnings
 import torch
 
 from checkpoints import token_count
-from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, find_checkpoint, parse_list,
-                    peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
+from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, find_checkpoint,
+                    hold_freed_memory, parse_list, peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
 from configurator import configure
 from engine import (Engine, Forward, Sampling, Speculation, auto_k, compile_decoding, count_of, generate,
                     generate_many, sample_tokens, step_sizes)
@@ -616,5 +616,6 @@ BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling
 if __name__ == '__main__':
     configure(globals(), doc=__doc__)
     check_inputs()
+    hold_freed_memory()
     for name in run.split(','):
         BENCHES[name]()

@@ -461,7 +461,7 @@ def filter_probs(logits, sampling=Sampling()):
     Equally likely tokens are ranked by id, the lower first (as a stable sort would).
     """
     s = sampling
-    logits = logits.to(s.dtype) / s.temperature
+    logits = logits.to(s.dtype, copy=True).div_(s.temperature)  # in place: a pass less over a 50k vocabulary
     if s.top_k is not None and s.top_k < logits.size(-1):
         kth = logits.topk(s.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)
@@ -483,8 +483,8 @@ def nucleus(logits, probs, top_p, mode):
     crossing token: the buckets before it are kept, those after it dropped, and only its own tokens
     are sorted (a 50k-token row sorted whole costs 10 to 30 times more).
     """
-    bucket = ((logits.max(-1, keepdim=True).values - logits) * BUCKETS_PER_NAT).clamp(max=BUCKETS - 1).int()
-    mass = probs.new_zeros(probs.shape[:-1] + (BUCKETS,)).scatter_add_(-1, bucket.long(), probs)
+    bucket = (logits.max(-1, keepdim=True).values - logits).mul_(BUCKETS_PER_NAT).clamp_(max=BUCKETS - 1).long()
+    mass = probs.new_zeros(probs.shape[:-1] + (BUCKETS,)).scatter_add_(-1, bucket, probs)
     before = mass.cumsum(-1) - mass  # the mass of the buckets before each
     if mode == 'nucleus':  # the crossing bucket: the last whose tokens can have less than top_p before them
         crossing = (before < top_p).sum(-1, keepdim=True) - 1
@@ -500,7 +500,8 @@ def nucleus(logits, probs, top_p, mode):
     count = keep.sum(-1, keepdim=True)  # the crossing bucket keeps its `count` most likely tokens
     least = sorted_probs.gather(-1, (count - 1).clamp(min=0))
     above, tied = inside & (probs > least), inside & (probs == least)
-    tied &= tied.cumsum(-1) <= count - above.sum(-1, keepdim=True)  # ties in id order, as a stable sort
+    # ties in id order, as a stable sort (counted in int32: a bool's int64 cumsum is 4 times as slow)
+    tied &= tied.cumsum(-1, dtype=torch.int32) <= count - above.sum(-1, keepdim=True)
     return (bucket < crossing) | above | tied
 
 

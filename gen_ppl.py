@@ -50,8 +50,8 @@ import torch
 from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, decoding_order, describe_vocab, fail,
-                    find_checkpoint, int_at_least, load_tokenizer, one_of, parse_list, print_table, prompt_tokens,
-                    load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab)
+                    find_checkpoint, hold_freed_memory, int_at_least, load_tokenizer, one_of, parse_list, print_table,
+                    prompt_tokens, load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate_many, speculation_k
 from scoring import SIDES, score_samples, summarize
@@ -188,6 +188,7 @@ def main(given=()):
     global speculate, order
     points = None if samples else grid()
     check_inputs()
+    hold_freed_memory()
     if samples:
         records = read_samples(samples)
         vocab, length = records[0]['vocab'], len(records[0]['tokens'])

@@ -33,7 +33,8 @@ import torch
 from checkpoints import token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, decoding_order, default_device, default_dtype, find_checkpoint,
-                    int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint, sampling_options)
+                    hold_freed_memory, int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint,
+                    sampling_options)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate, speculation_k
 
@@ -57,6 +58,7 @@ def main(given=()):
     """given: the settings a config file or flag set (configure's overrides)."""
     global speculate, order
     check_inputs()
+    hold_freed_memory()
     model, checkpoint = read_checkpoint(find_checkpoint(init_from, out_dir), device, use_ema)
     order = decoding_order(order, given, checkpoint, model, infill)
     speculate = speculation_k(speculate, model, order, num_samples)

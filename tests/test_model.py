@@ -340,3 +340,20 @@ def test_rotary_decoders_state_dicts_and_checkpoints(tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(loaded(x, order)[0], model(x, order)[0])
 
+
+
+@pytest.mark.parametrize('injection', ['adaln', 'add'])  # a head with a bias, and sigma-GPT's tied one without
+def test_the_head_gives_the_linear_layers_logits_for_any_number_of_rows(injection):
+    """Network.head multiplies a few rows the other way round on a CPU: the Linear's logits (random bias included)
+    for 1, 2 and FEW_ROWS - 1 rows and past FEW_ROWS, in any batch shape."""
+    import model
+    assert 30 < model.FEW_ROWS
+    net = tiny_model(target_injection=injection)
+    if net.lm_head.bias is not None:
+        torch.nn.init.normal_(net.lm_head.bias)
+    g = torch.Generator().manual_seed(0)
+    for shape in ((1, 1), (2, 1), (1, 2), (3, 10), (model.FEW_ROWS + 1,)):  # 1, 2, 30 rows and past FEW_ROWS
+        h = torch.randn(*shape, net.config.n_embd, generator=g)
+        out = net.head(h)
+        assert out.shape == (*shape, net.config.vocab_size) and out.is_contiguous()
+        torch.testing.assert_close(out, net.lm_head(h), rtol=1e-6, atol=1e-6)
