@@ -319,9 +319,8 @@ class Network(nn.Module):
         if h.device.type != 'cpu' or rows >= FEW_ROWS:
             return self.lm_head(h)
         columns = h.reshape(rows, -1).expand(max(rows, 2), -1).t()
-        bias = self.lm_head.bias
-        out = self.lm_head.weight @ columns if bias is None else torch.addmm(bias.unsqueeze(1), self.lm_head.weight,
-                                                                              columns)
+        weight, bias = self.lm_head.weight, self.lm_head.bias
+        out = weight @ columns if bias is None else torch.addmm(bias.unsqueeze(1), weight, columns)
         return out.t()[:rows].contiguous().view(*h.shape[:-1], -1)
 
     def make_rotary(self):
