@@ -111,7 +111,7 @@ def check_device(device, dtype):
 def hold_freed_memory():
     """Make glibc's malloc (Linux) keep freed memory for the next tensor: by default it maps every block over a
     threshold afresh and unmaps it when freed, so each decoding step faults in its logits' pages again (a third of
-    a 64-step decoding of GPT-2's vocabulary on 2 cores, docs/sampling.md). The cost: the process keeps up to 4 GiB
+    a 64-step decoding of GPT-2's vocabulary on 2 cores, docs/sampling.md). The cost: the process keeps up to 1 GiB
     of what it freed until it exits. Elsewhere (no glibc) nothing."""
     try:
         libc = ctypes.CDLL('libc.so.6')
@@ -119,7 +119,7 @@ def hold_freed_memory():
         return
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: blocks up to 32 MiB come from the heap
-    libc.mallopt(M_TRIM_THRESHOLD, 4 << 30)  # whose free top it hands back only past 4 GiB
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # whose free top it hands back only past 1 GiB (a C int: 4 GiB wraps to 0)
 
 
 def autocast(device, dtype):
