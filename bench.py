@@ -33,7 +33,8 @@ at their sampling defaults (top_p 0.9, temperature 0.9); median of `rounds`, tak
 memory: the peak memory of eval_ppl.py's evaluation (after 1 and after 3 chunks: flat) and of
 sample.py, at block size `sample_block_size` with the bench's vocabulary (GPT-2's by default).
 arch: the paper's architectures at the same size: AO-GPT (a decoder, target_injection=adaln), the
-sigma-GPT baseline (add) and the encoder-only MDM (architecture=encoder). Training tok/s (mixed
+sigma-GPT baseline (add) and the encoder-only MDM (architecture=encoder), and our two target settings
+(two_stream, and queries with rotary positions). Training tok/s (mixed
 orders; the encoder on its NELBO masks), taking turns as above; then generation wall time against
 the number of steps (`sample_steps`) at block `sample_block_size`, random order, same batch: the
 decoders with their KV cache (about flat in the steps), the encoder with a full forward per step
@@ -154,7 +155,9 @@ def sync():
         torch.cuda.synchronize()
 
 
-ARCHITECTURES = {'AO-GPT': {}, 'sigma-GPT': dict(target_injection='add'), 'encoder MDM': dict(architecture='encoder')}
+ARCHITECTURES = {'AO-GPT': {}, 'sigma-GPT': dict(target_injection='add'), 'encoder MDM': dict(architecture='encoder'),
+                 'two streams': dict(target_injection='two_stream'),
+                 'target in queries': dict(target_injection='queries', position_encoding='rotary')}
 
 
 def build(T, **kind):
@@ -463,7 +466,8 @@ def bench_memory(chunk_counts=(1, 3), ensemble=2):
 
 def bench_architectures():
     """The architectures with the same layers and width: sigma-GPT has no adaLN and a tied head, the
-    encoder no target-position embedding; all do the same attention and MLP work per token."""
+    encoder no target-position embedding; all do the same attention and MLP work per token but two streams,
+    which do it twice."""
     torch.manual_seed(seed)
     if arch_train:
         bench_architectures_training()

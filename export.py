@@ -36,6 +36,9 @@ push = ''  # owner/repo: upload the folder to the Hugging Face Hub
 KINDS = {'adaln': 'AO-GPT, an any-order autoregressive decoder: a masked diffusion language model written with '
                   'causal attention, the target position given by adaLN',
          'add': 'sigma-GPT (the paper\'s baseline): an any-order decoder with the target position added to its input',
+         'two_stream': 'AO-GPT with two streams (ours): keys and values from a content stream without targets, '
+                       'predictions from a query stream told the target position by adaLN',
+         'queries': 'AO-GPT told the target position by its rotary queries only (ours)',
          'encoder': 'an encoder-only masked diffusion language model (MDM), the paper\'s comparison'}
 DATASETS = {'openwebtext': 'Skylion007/openwebtext'}  # the Hub's name of a dataset train.py reads
 # a Hub license id, as the card's YAML metadata holds it unquoted: no space, newline, colon or quote

@@ -15,6 +15,15 @@ Recipe in RECIPES says all that differs):
 - 'add' (sigma-GPT, the paper's baseline): an n_embd-wide target-position embedding is added to
   the slot's input of a plain nanoGPT: LayerNorm, no QK-norm, a bias-free head tied to wte,
   normal init, dropout inside attention too.
+Two more (ours) keep AO-GPT's recipe and move the target out of the keys and values:
+- 'two_stream' (XLNet's two-stream attention, Yang et al. 2019): a content stream of the slots with
+  no target (the zero condition) makes every key and value, and a query stream, one row per slot,
+  predicts: row j starts from a learned query token (plus its target's row of wpe with learned
+  positions), takes the target's condition in every adaLN, and attends to the content slots that
+  slot j sees. The weights are shared; a forward runs both streams (about twice the work), and a
+  slot's cached keys and values no longer depend on its target;
+- 'queries': no target condition at all (adaLN gets the zero condition): only the rotary queries,
+  turned at the target, know it (a rotary position_encoding that turns some queries at the target).
 
 The encoder (architecture='encoder', class MDM) is the other column of the paper's comparison, built
 from AO-GPT's blocks: full attention over the tokens in their own positions, a [MASK] token in
@@ -41,6 +50,7 @@ Architecture" (arXiv 2506.19935); Pannatier et al., "sigma-GPTs" (arXiv 2404.095
 nanoGPT for the overall shape. Parameter names follow the authors' code, so their state dicts
 load as they are.
 """
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -61,7 +71,7 @@ class GPTConfig:
     gate_init: float = 0.0  # initial bias of adaLN's gates (the authors': 0, every block nearly shut); sigma-GPT: none
     dropout: float = 0.0
     bias: bool = True  # biases in the attention and MLP Linears (and sigma-GPT's LayerNorms), as in GPT-2
-    target_injection: str = 'adaln'  # 'adaln' (AO-GPT) or 'add' (the sigma-GPT baseline): see RECIPES
+    target_injection: str = 'adaln'  # 'adaln' (AO-GPT), 'add' (sigma-GPT), 'two_stream' or 'queries': RECIPES
     architecture: str = 'decoder'  # 'decoder' (causal, slots in an order: GPT) or 'encoder' (full attention: MDM)
     position_encoding: str = 'learned'  # 'learned' (an added table), 'rotary' (queries at the target), ... (above)
     gelu: str = 'none'  # the MLP's GELU: 'none' (exact) or 'tanh' (GPT-2's approximation: its converted weights)
@@ -74,6 +84,10 @@ class GPTConfig:
         if self.is_encoder and self.target_injection != 'adaln':
             raise ValueError(f"the encoder is built from AO-GPT's adaLN blocks: target_injection must be 'adaln', "
                              f"got {self.target_injection!r}")
+        if not self.recipe.target_table and self.position_encoding in ('learned', 'rotary_plain'):
+            raise ValueError(f"target_injection={self.target_injection!r} tells the target to the rotary queries only: "
+                             f"position_encoding must turn queries at the target ('rotary', 'rotary_half_heads' or "
+                             f"'rotary_upper_layers'), got {self.position_encoding!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f'n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})')
         if self.position_encoding not in POSITION_ENCODINGS:
@@ -161,13 +175,16 @@ def attend(q, k, v, mask):
 
 
 class SelfAttention(nn.Module):
-    """Causal for a decoder (each slot sees the slots before it), full for the encoder."""
+    """Causal for a decoder (each slot sees the slots before it), full for the encoder. With two streams the rows
+    are the content slots then as many query slots: every row queries, the content slots alone are keys and
+    values, and query slot j sees what content slot j sees."""
 
     def __init__(self, config, layer_idx):
         super().__init__()
         self.layer_idx = layer_idx
         self.causal = not config.is_encoder
         self.n_head = config.n_head
+        self.streams = config.recipe.streams
         head_size = config.n_embd // config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
@@ -179,20 +196,26 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, cache=None, attn_mask=None, rope=None):
         """rope: None (learned positions), or the (cos, sin) of the queries' and of the keys' positions."""
-        B, S, C = x.size()
-        q, k, v = self.c_attn(x).view(B, S, 3, self.n_head, C // self.n_head).unbind(2)
+        B, L, C = x.size()
+        S = L // self.streams  # the content slots: they alone are keys and values
+        # c_attn on every row (a query slot's key and value go unused), so that a wrapped c_attn (LoRA) holds for all
+        q, k, v = self.c_attn(x).view(B, L, 3, self.n_head, C // self.n_head).unbind(2)
+        k, v = k[:, :S], v[:, :S]
         q, k, v = self.q_norm(q).transpose(1, 2), self.k_norm(k).transpose(1, 2), v.transpose(1, 2)  # (B, nh, S, hs)
         if rope is not None:  # after QK-norm, as MDLM's rotary DiT; the cache keeps rotated keys
             q, k = rotate(q, rope[0]), rotate(k, rope[1])
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)
-        if cache is not None and torch.compiler.is_compiling():
-            y = attend(q, k, v, attn_mask)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
-                                               dropout_p=self.attn_dropout if self.training else 0.0)
-        y = y.transpose(1, 2).contiguous().view(B, S, C)
+        ys = [self.attention(stream, k, v, cache, attn_mask) for stream in q.split(S, dim=2)]
+        y = ys[0] if self.streams == 1 else torch.cat(ys, 2)
+        y = y.transpose(1, 2).contiguous().view(B, L, C)
         return self.resid_dropout(self.c_proj(y))
+
+    def attention(self, q, k, v, cache, attn_mask):
+        if cache is not None and torch.compiler.is_compiling():
+            return attend(q, k, v, attn_mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=self.causal and attn_mask is None,
+                                              dropout_p=self.attn_dropout if self.training else 0.0)
 
 
 class MLP(nn.Module):
@@ -263,14 +286,16 @@ class Recipe:
     """What sets one network of the paper apart, in one place; the rest of the code is shared.
 
     adaln: the target position drives adaLN in every block and before the head (a cond_dim-wide
-    embedding); else its n_embd-wide embedding is added to the slot's input. The others are each
-    model's house style."""
+    embedding); else its n_embd-wide embedding is added to the slot's input. target_table and
+    streams are where the target goes (ours). The others are each model's house style."""
     adaln: bool
     norm: object  # (config, dim) -> the norm of the blocks (and of sigma-GPT's head)
     qk_norm: bool  # RMSNorm on queries and keys, which keeps the attention logits bounded
     attn_dropout: bool  # dropout inside attention too, not only after it
     tied_head: bool  # the head is wte, without a bias
     truncated_init: bool  # normal init cut at 3 std
+    target_table: bool = True  # a target-position embedding (wtpe) conditions the slot; else only rotary queries
+    streams: int = 1  # 2: keys and values from a content stream without targets, predictions from a query stream
 
 
 RECIPES = {
@@ -279,6 +304,8 @@ RECIPES = {
     'add': Recipe(adaln=False, norm=lambda config, dim: nn.LayerNorm(dim, bias=config.bias), qk_norm=False,
                   attn_dropout=True, tied_head=True, truncated_init=False),  # sigma-GPT: a nanoGPT
 }
+RECIPES['two_stream'] = dataclasses.replace(RECIPES['adaln'], streams=2)  # ours, AO-GPT's otherwise
+RECIPES['queries'] = dataclasses.replace(RECIPES['adaln'], target_table=False)  # ours, AO-GPT's otherwise
 TARGET_INJECTIONS = tuple(RECIPES)
 ARCHITECTURES = ('decoder', 'encoder')
 DECODER_POSITIONS = ('rotary_plain', 'rotary_half_heads', 'rotary_upper_layers')  # a query at its own position
@@ -366,7 +393,9 @@ class Network(nn.Module):
     def estimate_mfu(self, tokens_per_second, peak_flops):
         """Model flops utilization: achieved training flops over `peak_flops` (PaLM appendix B)."""
         cfg = self.config
-        flops_per_token = 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
+        extra = (cfg.recipe.streams - 1) * sum(p.numel() for p in self.transformer.h.parameters())  # a second stream
+        flops_per_token = 6 * (self.get_num_params() + extra) + \
+            12 * cfg.recipe.streams * cfg.n_layer * cfg.n_embd * (cfg.block_size + 1)
         return flops_per_token * tokens_per_second / peak_flops
 
 
@@ -382,8 +411,10 @@ class GPT(Network):
             # row 0: the start slot; rotary encodings turn queries and keys instead
             **({} if config.is_rotary else dict(wpe=nn.Embedding(config.block_size + 1, config.n_embd))),
             # target-position embedding: adaLN's input, or added to the slot's input
-            wtpe=nn.Embedding(config.block_size, config.cond_dim if recipe.adaln else config.n_embd),
+            **(dict(wtpe=nn.Embedding(config.block_size, config.cond_dim if recipe.adaln else config.n_embd))
+               if recipe.target_table else {}),
             wnonee=nn.Embedding(1, config.n_embd),  # the start token ("[None]")
+            **(dict(wqe=nn.Embedding(1, config.n_embd)) if recipe.streams == 2 else {}),  # the query stream's start
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([(AdaLNBlock if recipe.adaln else Block)(config, i) for i in range(config.n_layer)]),
             **(dict(final_layer=FinalLayer(config)) if recipe.adaln else dict(ln_f=recipe.norm(config, config.n_embd))),
@@ -392,7 +423,7 @@ class GPT(Network):
         if recipe.tied_head:
             self.transformer.wte.weight = self.lm_head.weight
         self.make_rotary()
-        self.init_weights(self.transformer.wtpe)
+        self.init_weights(self.transformer.get_submodule('wtpe') if recipe.target_table else None)
 
     def forward(self, x, order, reduction='mean'):
         """Read tokens x (B, T) in `order` (B, T); return logits (B, T+1, V) and the loss.
@@ -446,20 +477,49 @@ class GPT(Network):
             h = h + wt.wpe(positions + 1)
         else:
             ropes = self.layer_turns(self.rotary(targets), self.rotary(positions))
-        c = wt.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
-        adaln = self.config.recipe.adaln
-        if not adaln:
+        c = self.condition(targets, h)
+        recipe = self.config.recipe
+        if not recipe.adaln:
             h = h + c
+        if recipe.streams == 2:
+            h, c, ropes = self.two_streams(h, c, targets, ropes)
         h = wt.drop(h)
         if cache is not None:  # the new slots go after each row's committed ones
             S = tokens.size(1)
             cache.begin(S)
             attn_mask = cache.mask(S, S) if attn_mask is None else attn_mask
         h = self.run_blocks(h, c, cache, attn_mask, ropes)
+        if recipe.streams == 2:  # the query stream predicts
+            h, c = h[:, tokens.size(1):], c[:, tokens.size(1):]
         if out_slots is not None:
             index = out_slots.unsqueeze(-1)
             h, c = h.gather(1, index.expand(-1, -1, h.size(-1))), c.gather(1, index.expand(-1, -1, c.size(-1)))
-        return self.head(wt.final_layer(h, c) if adaln else wt.ln_f(h))
+        return self.head(wt.final_layer(h, c) if recipe.adaln else wt.ln_f(h))
+
+    def condition(self, targets, h):
+        """The slots' target condition (B, S, cond_dim or n_embd): wtpe's row of the target, zero where there is none
+        (and everywhere without the table)."""
+        if not self.config.recipe.target_table:
+            return h.new_zeros(*targets.shape, self.config.cond_dim)
+        return self.transformer.wtpe(targets.clamp(min=0)).masked_fill((targets < 0).unsqueeze(-1), 0.0)
+
+    def two_streams(self, h, c, targets, ropes):
+        """The content slots h without a target (the zero condition; the queries turned at their own position) and
+        after them a query slot for each: the query token (at its target's position with learned positions), the
+        target's condition, the queries turned at the target; the keys stay the content slots'."""
+        wt = self.transformer
+        g = wt.wqe.weight[0].expand_as(h)
+        if self.rotary is None:
+            g = g + wt.wpe(targets + 1)
+        if ropes is not None:
+            ropes = [(stack_turns(keys, queries), keys) for queries, keys in ropes]
+        return torch.cat((h, g), 1), torch.cat((torch.zeros_like(c), c), 1), ropes
+
+
+def stack_turns(first, then):
+    """Two Rotary turns (cos, sin) of (B, 1 or nh, S, hs) one after the other along the slots."""
+    heads = max(first[0].size(1), then[0].size(1))
+    return tuple(torch.cat((a.expand(-1, heads, -1, -1), b.expand(-1, heads, -1, -1)), 2) for a, b in zip(first, then))
 
 
 class MDM(Network):

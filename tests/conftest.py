@@ -370,10 +370,12 @@ def says(message, *parts):
 
 
 TINY_BLOCK = 16  # tiny_model's block_size
-# the decoders the exactness tests run: AO-GPT and sigma-GPT with each position encoding
+# the decoders the exactness tests run: AO-GPT and sigma-GPT with each position encoding, and our two target settings
 DECODERS = [dict(target_injection=injection, position_encoding=positions)
             for injection in ('adaln', 'add') for positions in ('learned', 'rotary', 'rotary_plain')] + \
-           [dict(target_injection='adaln', position_encoding=p) for p in ('rotary_half_heads', 'rotary_upper_layers')]
+           [dict(target_injection='adaln', position_encoding=p) for p in ('rotary_half_heads', 'rotary_upper_layers')] + \
+           [dict(target_injection='two_stream', position_encoding=p) for p in ('learned', 'rotary')] + \
+           [dict(target_injection='queries', position_encoding='rotary')]
 
 
 def decoder_id(kind):
@@ -392,10 +394,13 @@ def rotate(v, position):
 
 
 def tiny_model(seed=0, **kw):
-    """A small AO-GPT in eval mode (block TINY_BLOCK, 11 tokens) whose every weight matters."""
+    """A small AO-GPT in eval mode (block TINY_BLOCK, 11 tokens) whose every weight matters. Two streams start with
+    open gates: their query stream reads the context through attention alone, and nearly shut gates leave it
+    nearly blind to it (a greedy speculation then keeps every draft, and the per-row paths go untried)."""
     from model import GPT, GPTConfig
     torch.manual_seed(seed)
-    args = dict(block_size=TINY_BLOCK, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8) | kw
+    args = dict(block_size=TINY_BLOCK, vocab_size=11, n_layer=2, n_head=2, n_embd=32, cond_dim=8,
+                gate_init=1.0 if kw.get('target_injection') == 'two_stream' else 0.0) | kw
     model = GPT(GPTConfig(**args)).eval()
     with torch.no_grad():  # random (not the init's small) norm weights and biases, so every path matters
         for p in model.parameters():

@@ -230,11 +230,12 @@ def eager_graphs(monkeypatch):
 
 
 MATRIX_DECODERS = [('ao-gpt', tiny_model), ('ao-gpt-rotary', lambda: tiny_model(position_encoding='rotary')),
-                   ('sigma-gpt', lambda: tiny_model(target_injection='add'))]
+                   ('sigma-gpt', lambda: tiny_model(target_injection='add')),
+                   ('two-stream', lambda: tiny_model(target_injection='two_stream', position_encoding='rotary'))]
 
 
 def test_compiled_sampling_draws_eager_tokens_over_every_documented_use(fresh_dynamo, monkeypatch):
-    """One process, the recompile limit as shipped, four models: every order, both schedules, a grid of steps,
+    """One process, the recompile limit as shipped, five models: every order, both schedules, a grid of steps,
     infill templates, speculation with several k, batches with a remainder (generate_many, as gen_ppl and the
     harness draw): no error, and the tokens of eager decoding."""
     eager_graphs(monkeypatch)

@@ -546,8 +546,9 @@ def left_padded(rows, pad, start=()):
 
 
 @pytest.mark.parametrize('args', [{}, pytest.param(dict(position_encoding='rotary'), marks=pytest.mark.slow),
-                                  pytest.param(dict(target_injection='add'), marks=pytest.mark.slow)],
-                         ids=['ao-gpt', 'rotary', 'sigma-gpt'])
+                                  pytest.param(dict(target_injection='add'), marks=pytest.mark.slow),
+                                  pytest.param(dict(target_injection='two_stream'), marks=pytest.mark.slow)],
+                         ids=['ao-gpt', 'rotary', 'sigma-gpt', 'two-stream'])
 def test_generate_with_the_cache_and_left_padding_gives_each_rows_tokens_alone(args):
     """A folder's causal LM with transformers' cache and left padding: a padded batch read in two cached forwards
     gives each row's logits from the network reading the row alone (with and without the start id); greedy

@@ -51,11 +51,15 @@ def slow_forward(model, x, order):
     added from the learned table, or each key turned by explicit 2x2 rotations at its slot's position (the
     start slot: -1) and each query at the position its slot predicts (rotary; none: -1) or at its own
     (rotary_plain); rotary_half_heads: head 0 of each layer at the target, the others at their own;
-    rotary_upper_layers: the first half of the layers at their own, the rest at the target."""
+    rotary_upper_layers: the first half of the layers at their own, the rest at the target. queries: no target
+    condition. two_stream: the slots with the zero condition and their queries at their own position (the
+    content stream: every key and value), then a row per slot (the query stream: wqe, plus wpe at the target
+    with learned positions; the target's condition; queries as above) whose row i reads content rows 0..i and
+    predicts."""
     cfg, p = model.config, model.state_dict()  # the state dict names a tied head under both names
     T, C, nh = x.numel(), cfg.n_embd, cfg.n_head
     hs = C // nh
-    adaln = cfg.target_injection == 'adaln'
+    adaln = cfg.target_injection != 'add'
     own = [-1] + order.tolist()  # each slot's position, and the position it predicts
     predicts = order.tolist() + [-1]
     pe = cfg.position_encoding
@@ -68,38 +72,48 @@ def slow_forward(model, x, order):
     norm = (lambda v, name: rms(v, p[name + '.weight'])) if adaln else layer_norm
     lin = lambda v, name: v @ p[name + '.weight'].T + (p[name + '.bias'] if name + '.bias' in p else 0)
     gelu = lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
+    silu = lambda v: v * torch.sigmoid(v)
     rows = [p['transformer.wnonee.weight'][0]] + [p['transformer.wte.weight'][x[o]] for o in order]
     h = torch.stack(rows) + (p['transformer.wpe.weight'][torch.tensor(own) + 1] if learned else 0)
-    conds = [p['transformer.wtpe.weight'][o] for o in order] + [torch.zeros(p['transformer.wtpe.weight'].size(1))]
-    cond = torch.stack(conds)
-    silu_c = cond * torch.sigmoid(cond)
+    if cfg.target_injection == 'queries':
+        cond = torch.zeros(T + 1, cfg.cond_dim)
+    else:
+        cond = torch.stack([p['transformer.wtpe.weight'][o] for o in order] +
+                           [torch.zeros(p['transformer.wtpe.weight'].size(1))])
     if not adaln:
         h = h + cond
+    streams = [[h, cond, True]]  # each stream's rows, condition, and whether its queries may turn at the target
+    if cfg.target_injection == 'two_stream':
+        g = p['transformer.wqe.weight'][0] + (p['transformer.wpe.weight'][torch.tensor(predicts) + 1] if learned else 0)
+        streams = [[h, torch.zeros_like(cond), False], [g.expand(T + 1, C), cond, True]]
     for layer in range(cfg.n_layer):
         pre = f'transformer.h.{layer}.'
-        mods = lin(silu_c, pre + 'adaLN.1').chunk(6, -1) if adaln else [0, 0, 1, 0, 0, 1]
         qk_norm = (lambda v, name: rms(v, p[pre + f'attn.{name}.weight'])) if adaln else (lambda v, name: v)
-        a = norm(h, pre + 'ln_1') * (1 + mods[1]) + mods[0]
-        qkv = lin(a, pre + 'attn.c_attn')
-        out = torch.zeros_like(h)
+        mods = [lin(silu(c), pre + 'adaLN.1').chunk(6, -1) if adaln else [0, 0, 1, 0, 0, 1] for _, c, _ in streams]
+        qkv = [lin(norm(r, pre + 'ln_1') * (1 + m[1]) + m[0], pre + 'attn.c_attn') for (r, _, _), m in zip(streams, mods)]
+        outs = [torch.zeros_like(r) for r, _, _ in streams]
         for head in range(nh):
-            q = qk_norm(qkv[:, head * hs:(head + 1) * hs], 'q_norm')
-            k = qk_norm(qkv[:, C + head * hs:C + (head + 1) * hs], 'k_norm')
-            v = qkv[:, 2 * C + head * hs:2 * C + (head + 1) * hs]
+            k = qk_norm(qkv[0][:, C + head * hs:C + (head + 1) * hs], 'k_norm')  # the first stream's keys, values
+            v = qkv[0][:, 2 * C + head * hs:2 * C + (head + 1) * hs]
             if not learned:
-                query_at = predicts if at_target(layer, head) else own
-                q = torch.stack([rotate(q[i], query_at[i]) for i in range(T + 1)])
                 k = torch.stack([rotate(k[i], own[i]) for i in range(T + 1)])
-            for i in range(T + 1):
-                w = torch.softmax(torch.stack([q[i] @ k[j] / math.sqrt(hs) for j in range(i + 1)]), 0)
-                out[i, head * hs:(head + 1) * hs] = sum(w[j] * v[j] for j in range(i + 1))
-        h = h + mods[2] * lin(out, pre + 'attn.c_proj')
-        m = norm(h, pre + 'ln_2') * (1 + mods[4]) + mods[3]
-        h = h + mods[5] * lin(gelu(lin(m, pre + 'mlp.c_fc')), pre + 'mlp.c_proj')
+            for (_, _, targeted), a, out in zip(streams, qkv, outs):
+                q = qk_norm(a[:, head * hs:(head + 1) * hs], 'q_norm')
+                if not learned:
+                    query_at = predicts if targeted and at_target(layer, head) else own
+                    q = torch.stack([rotate(q[i], query_at[i]) for i in range(T + 1)])
+                for i in range(T + 1):
+                    w = torch.softmax(torch.stack([q[i] @ k[j] / math.sqrt(hs) for j in range(i + 1)]), 0)
+                    out[i, head * hs:(head + 1) * hs] = sum(w[j] * v[j] for j in range(i + 1))
+        for stream, m, out in zip(streams, mods, outs):
+            r = stream[0] + m[2] * lin(out, pre + 'attn.c_proj')
+            n = norm(r, pre + 'ln_2') * (1 + m[4]) + m[3]
+            stream[0] = r + m[5] * lin(gelu(lin(n, pre + 'mlp.c_fc')), pre + 'mlp.c_proj')
+    h, cond, _ = streams[-1]
     if not adaln:  # the head is the token embedding
         return norm(h, 'transformer.ln_f') @ p['transformer.wte.weight'].T
     h = norm(h, 'transformer.final_layer.ln_f')
-    shift, scale = lin(silu_c, 'transformer.final_layer.adaLN_final.1').chunk(2, -1)
+    shift, scale = lin(silu(cond), 'transformer.final_layer.adaLN_final.1').chunk(2, -1)
     return lin(h * (1 + scale) + shift, 'lm_head')
 
 
@@ -228,6 +242,28 @@ def test_kv_cache_in_chunks_matches_full_forward(kind):
                                          targets[:, start:stop], cache)
             cache.commit(stop - start)
             torch.testing.assert_close(logits, full[:, start:stop], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize('positions', ['learned', 'rotary'])
+def test_two_streams_cache_the_same_keys_and_values_whatever_the_targets(positions):
+    """two_stream: a prefix's cached keys and values are equal bit for bit under two sets of targets (a mutant that
+    gives the content stream the targets' condition fails); the single stream's differ, as its slots carry them."""
+    x = torch.randint(0, 11, (2, 16))
+    order = sample_orders('random', 2, 16, torch.Generator().manual_seed(4))
+    none = torch.full((2, 1), -1)
+    tokens = torch.cat([torch.zeros_like(none), x.gather(1, order)], 1)[:, :9]
+    places = torch.cat([none, order], 1)[:, :9]
+    for injection in ('two_stream', 'adaln'):
+        model = tiny_model(target_injection=injection, position_encoding=positions)
+        caches = []
+        for seed in (5, 6):  # two sets of targets
+            targets = torch.stack([torch.randperm(16, generator=torch.Generator().manual_seed(seed + b))[:9]
+                                   for b in range(2)])
+            caches.append(KVCache(model.config, 2, 9))
+            with torch.no_grad():
+                model.forward_slots(tokens, places, targets, caches[-1])
+        same = all(torch.equal(a, b) for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v))
+        assert same == (injection == 'two_stream'), injection
 
 
 def test_engine_refuses_a_step_past_its_cache():

@@ -22,11 +22,16 @@ def full_order(known, order):
     return torch.cat([known.nonzero().squeeze(1), order])
 
 
+# our target settings' tiny models whose rows keep different numbers of drafts in both tests below (with the seeds
+# the others use, theirs keep every draft: their query reads its context through attention alone)
+SEEDS = {'two_stream-learned': 0, 'two_stream-rotary': 6, 'queries-rotary': 2}
+
+
 @pytest.mark.parametrize('order', ['random', 'l2r'])
 @pytest.mark.parametrize('k', [2, 3, 8])
 @pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
 def test_greedy_equals_the_argmax_of_full_forwards(order, k, kind):
-    model = tiny_model(seed=1, **kind).double()  # seed 0's rotary AO-GPT keeps no greedy draft here
+    model = tiny_model(seed=SEEDS.get(decoder_id(kind), 1), **kind).double()  # seed 0's rotary AO-GPT keeps no draft
     known = torch.zeros(T, dtype=torch.bool)
     known[[0, 1, 6, 11]] = True
     x = torch.randint(0, 11, (6, T), generator=torch.Generator().manual_seed(0))
@@ -61,7 +66,7 @@ def test_every_law_it_uses_is_a_full_forwards(order, k, sampling, count, kind):
     different numbers of drafts, known positions before, between and after 11 unknown ones, so that later
     forwards read the cached slots of kept drafts; count 15: the rows take turns, each that finishes
     starting the next sample on its stale cache slots."""
-    model = tiny_model(seed=2, **kind).double()
+    model = tiny_model(seed=SEEDS.get(decoder_id(kind), 2), **kind).double()
     known = torch.zeros(T, dtype=torch.bool)
     known[[0, 1, 6, 9, 15]] = True
     x = torch.randint(0, 11, (6, T), generator=torch.Generator().manual_seed(0))
@@ -174,13 +179,15 @@ def critical(dof):
 SLOW = pytest.mark.slow  # 24,000 samples each: the fast tier keeps the first case
 
 
-@pytest.mark.parametrize('order,sampling,positions', [
-    ('random', Sampling(), 'learned'), pytest.param('l2r', Sampling(), 'learned', marks=SLOW),
-    pytest.param('random', Sampling(temperature=0.7, top_k=2), 'learned', marks=SLOW),
-    pytest.param('random', Sampling(top_p=0.8), 'learned', marks=SLOW),
-    pytest.param('random', Sampling(), 'rotary', marks=SLOW), pytest.param('l2r', Sampling(), 'rotary', marks=SLOW)])
-def test_samples_follow_the_exact_joint_of_one_token_per_step(order, sampling, positions):
-    model = tiny_model(position_encoding=positions)
+@pytest.mark.parametrize('order,sampling,positions,injection', [
+    ('random', Sampling(), 'learned', 'adaln'), pytest.param('l2r', Sampling(), 'learned', 'adaln', marks=SLOW),
+    pytest.param('random', Sampling(temperature=0.7, top_k=2), 'learned', 'adaln', marks=SLOW),
+    pytest.param('random', Sampling(top_p=0.8), 'learned', 'adaln', marks=SLOW),
+    pytest.param('random', Sampling(), 'rotary', 'adaln', marks=SLOW),
+    pytest.param('l2r', Sampling(), 'rotary', 'adaln', marks=SLOW),
+    ('random', Sampling(), 'rotary', 'two_stream'), pytest.param('l2r', Sampling(), 'learned', 'two_stream', marks=SLOW)])
+def test_samples_follow_the_exact_joint_of_one_token_per_step(order, sampling, positions, injection):
+    model = tiny_model(position_encoding=positions, target_injection=injection)
     known = torch.zeros(T, dtype=torch.bool)
     known[:T - 3] = True  # 3 unknown positions of 3 tokens: 27 completions, enumerated
     known[5] = False
