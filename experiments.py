@@ -18,7 +18,8 @@ FINDINGS = {'1': 'Any-order training converges slower than left-to-right (Fig. 1
             'length': '(Ours) AO-GPT with target queries against the encoder as blocks grow',
             'infill': '(Ours) Infilling: AO-GPT reads both sides of a gap',
             'orders': '(Ours) The any-order tax: which training orders make AO-GPT worth picking',
-            'adapt': '(Ours) AO-GPT from a GPT: left to right first, any order after'}
+            'adapt': '(Ours) AO-GPT from a GPT: left to right first, any order after',
+            'streams': '(Ours) Two streams: keys and values that carry no target, against the single stream'}
 ALIASES = {'5': '4', '7': '6'}
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 FLOOR = 0.01  # nats: the practical floor of an effect (1% in perplexity)
@@ -54,9 +55,9 @@ KINDS = {
 FINDING_KINDS = {'1': ['l2r', 'random'], '2': ['l2r'], '3': ['mixed', 'random'], '4': ['mixed', 'encoder'],
                  '6': ['mixed', 'encoder', 'l2r'], '8': ['mixed', 'sigma'], 'plateau': ['mixed'], 'long': ['mixed'],
                  'length': ['mixed', 'encoder', 'l2r'], 'infill': ['mixed', 'encoder', 'l2r'],
-                 'orders': ['mixed', 'encoder', 'l2r'], 'adapt': ['mixed', 'l2r']}
+                 'orders': ['mixed', 'encoder', 'l2r'], 'adapt': ['mixed', 'l2r'], 'streams': ['mixed', 'l2r']}
 # findings a preset runs only if it has this entry
-NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders', 'adapt': 'adapt'}
+NEEDS = {'long': 'long', 'length': 'lengths', 'orders': 'orders', 'adapt': 'adapt', 'streams': 'streams'}
 # finding orders: models trained on distributions over orders (train.py's order settings), every AO-GPT arm at the
 # mixed kind's chosen settings, the GPT and the encoder at their own: {arm: (label, kind)}, the GPT first (its first
 # run scores the samples); order_arms gives the flags
@@ -91,6 +92,27 @@ ADAPT_PARENTS = {'half': 1 / 2, '3q': 3 / 4}
 # train.py draws an iteration's batch from (seed, iteration): an adaptation draws from its seed plus this, so that
 # it reads new batches, not its parent's first ones again
 ADAPT_DRAWS = 1000
+
+
+# finding streams: the single stream is finding orders' FIM mix (the recipe it recommends; its runs), against two
+# streams at its iterations and at half of them (about its training compute: a two-stream step does both streams'
+# work), the target in the rotary queries only, and finding orders' GPT: {arm: (label, kind)}, the GPT first; every
+# AO-GPT arm at the mixed kind's chosen settings with the FIM mix's orders; stream_arms gives the flags
+STREAM_ARMS = {'gpt': ORDER_ARMS['gpt'], 'fim-mix': ('AO-GPT, one stream (the FIM mix)', 'mixed'),
+               'two': ('two streams (the FIM mix, the same iterations)', 'mixed'),
+               'two-half': ("two streams (the FIM mix, half the iterations: about the single stream's training "
+                            'compute)', 'mixed'),
+               'queries': ('the target in the rotary queries only (the FIM mix)', 'mixed')}
+STREAM_GAIN = 0.05  # nats: finding streams' goal, two streams at least this far below the single stream
+STREAM_SPANS = (4, 16)  # finding streams: the gaps (tokens) its goal names
+
+
+def stream_arms(max_iters):
+    """finding streams' flags of each arm, over finding orders' FIM mix's (the GPT: over its own)."""
+    half = dict(max_iters=max_iters // 2, lr_decay_iters=max_iters // 2)
+    return {'gpt': {}, 'fim-mix': {}, 'two': dict(target_injection='two_stream'),
+            'two-half': dict(target_injection='two_stream') | half,
+            'queries': dict(target_injection='queries', position_encoding='rotary')}
 
 
 def adapt_stages(iters):
@@ -128,6 +150,9 @@ PRESETS = {
         # run names, its flags, seeds and arms, at the rates chosen here
         adapt=dict(grid=(3e-4, 1e-3, 3e-3, 1e-2), larger=dict(tag='w256', train=dict(n_embd=256), seeds=2,
                                                         arms=('gpt', 'fim-mix', 'half-staged'))),
+        # finding streams: its arms on finding orders' second corpus (two streams at the same iterations, named before
+        # the runs rather than the winner after them)
+        streams=dict(second_arms=('gpt', 'fim-mix', 'two')),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run
@@ -163,6 +188,7 @@ PRESETS = {
                     longer_seeds=2),
         adapt=dict(grid=(1e-2,), larger=dict(tag='w64', train=dict(n_embd=64), seeds=2,
                                              arms=('gpt', 'fim-mix', 'half-staged'))),
+        streams=dict(second_arms=()),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
                  batch_size=4),
         scorer='l2r',
@@ -273,6 +299,13 @@ CLAIMS = {
     'adapt ao': '(Ours) {arm} keeps its any-order loss within {cost} nats of the FIM mix (10% left to right, 40% FIM, '
                 '50% random) trained from scratch for the whole budget (effect: its final EMA val any-order loss minus '
                 "the FIM mix's; holds if the interval lies below {cost}, does not hold if above it).",
+    'streams ao': '(Ours) {arm} ends with a lower any-order loss than the single stream (the FIM mix) by at least '
+                  '{gain} nats (each on every seed, the same orders; effect: the single stream\'s final EMA val '
+                  'any-order loss minus its own; holds if the interval lies above zero and the effect reaches {gain}).',
+    'streams gaps': '(Ours) {arm} fills gaps of {span} tokens better than the single stream by at least {gain} nats: '
+                    'its exact NLL per gap token given both sides (the rest, then the gap left to right) (effect: the '
+                    "single stream's NLL minus its own; holds if the interval lies above zero and the effect reaches "
+                    '{gain}).',
     'adapt size': "(Ours) The tax of {arm} shrinks with size: its left-to-right loss above the GPT's (same seed) is "
                   "smaller at {larger} (the preset's other settings kept) than at the preset's size (effect: the tax "
                   "at the preset's size minus the tax at the larger one, nats). At the larger size each arm trains at "

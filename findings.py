@@ -8,7 +8,7 @@ run over seeds, and every claim gets its effect, a 95% interval, its n and a ver
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt   # ours (their kinds' sweeps first)
+    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt,streams   # ours (kinds' sweeps first)
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 What it does, each run in its own folder out_dir/runs/<name> through train.py, eval_ppl.py and gen_ppl.py:
@@ -76,6 +76,14 @@ The findings are numbered by the paper's figure that shows them (sample quality 
            mix trained for the whole budget (its runs), at the same total iterations: its gaps against the GPT's left
            side, its left-to-right loss against the GPT's, its any-order loss against the FIM mix's; on the second
            corpus too, and at a larger size (no sweep there): does the tax shrink (cpu and smoke presets)
+  streams  two streams (model.py's target_injection='two_stream': keys and values from a content stream without
+           targets) against the single stream: finding orders' FIM mix (its runs) against the same with two streams
+           at its iterations and at half of them (about its training compute), and with the target in the rotary
+           queries only ('queries'), each at the mixed kind's chosen settings, beside finding orders' GPT; finding
+           orders' readings (losses, gaps both sides and left only, samples scored by the GPT) and training minutes;
+           each arm against the single stream (any-order loss, gaps of 4 and 16 tokens, by at least 0.05 nats) and
+           the GPT (gaps from the left, the tax); the same-iteration two streams again on the second corpus (cpu and
+           smoke presets)
 
 Verdicts (report.RULE): a paired comparison (the same model on the same chunks or samples: one
 order against an ensemble, EMA against raw weights, few against many steps) is judged on its per-chunk or
@@ -109,7 +117,8 @@ from configurator import configure
 from engine import generate
 from experiments import (ADAPT_ARMS, ADAPT_DRAWS, ADAPT_PARENTS, ADAPTATIONS, ALIASES, AO_COST, CLAIMS, FIM_MIX,
                          FINDING_KINDS, FINDINGS, FLOOR, KINDS, LONG_POSITIONS, NEEDS, ORDER_ARMS, PLATEAU, POSITIONS,
-                         PRESETS, QUERY_POSITIONS, SAME, SEEDS, STUCK, TAX, adapt_stages, order_arms)
+                         PRESETS, QUERY_POSITIONS, SAME, SEEDS, STREAM_ARMS, STREAM_GAIN, STREAM_SPANS, STUCK, TAX,
+                         adapt_stages, order_arms, stream_arms)
 from scoring import losses_by_context
 from training import parse_mix
 from report import (RULE, line_figure, mean_interval, number, paired_interval, point_figure, spread, unpaired_interval,
@@ -193,7 +202,7 @@ def selected_findings(text):
                  f"got {entry.strip()!r}")
         if not runs_here(name):
             fail(f'--only={name}: the {preset} preset has no longer blocks (its block is already long: its finding '
-                 'plateau is the long-block one)' if name not in ('orders', 'adapt') else
+                 'plateau is the long-block one)' if name not in ('orders', 'adapt', 'streams') else
                  f'--only={name}: the {preset} preset has no order arms (its runs take days each): use --preset=cpu')
         names.add(name)
     return [name for name in FINDINGS if name in names]
@@ -249,7 +258,7 @@ def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None, adapt_rates
     choose_adapt); sweep: the sweeps' {name: flags}."""
     runs = {}
     # long and adapt need the kinds' choices only
-    seeded = {kind for f in findings if f not in ('long', 'adapt') for kind in FINDING_KINDS[f]}
+    seeded = {kind for f in findings if f not in ('long', 'adapt', 'streams') for kind in FINDING_KINDS[f]}
     for kind, (point, _, _) in chosen.items():
         if kind in seeded:
             runs.update({f'{kind}-s{s}': run_flags(p, kind, point, s) for s in seed_list})
@@ -273,6 +282,8 @@ def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None, adapt_rates
         runs.update(order_runs(p, chosen, seed_list))
     if 'adapt' in findings:
         runs.update(adapt_runs(p, chosen, seed_list, adapt_rates))
+    if 'streams' in findings:
+        runs.update(stream_runs(p, chosen, seed_list))
     return same_runs(runs, sweep)
 
 
@@ -321,9 +332,11 @@ def order_corpora(p, seed_list):
 
 
 def order_arm(name):
-    """The arm of a run of finding orders or adapt: orders-fim-mix-s1 and adapt-fim-mix-w256-s1 are FIM mixes."""
+    """The arm of a run of finding orders, adapt or streams: orders-fim-mix-s1 and adapt-fim-mix-w256-s1 are FIM
+    mixes, streams-two-half-s1 is two streams at half the iterations (the longest arm name that fits)."""
     finding, _, rest = name.partition('-')
-    return next(arm for arm in (ORDER_ARMS if finding == 'orders' else ADAPT_ARMS) if rest.startswith(f'{arm}-'))
+    arms = {'orders': ORDER_ARMS, 'adapt': ADAPT_ARMS, 'streams': STREAM_ARMS}[finding]
+    return max((arm for arm in arms if rest.startswith(f'{arm}-')), key=len)
 
 
 # finding adapt: GPT parents, each continued as AO-GPT (an adaptation) from its checkpoint
@@ -409,6 +422,40 @@ def adapt_corpora(p, seed_list):
     """finding adapt's [(corpus, size, {arm: run names})], as adapt_settings."""
     return [(corpus, size, {arm: [adapt_run(arm, s, corpus, size) for s in seeds] for arm in arms})
             for corpus, size, seeds, arms in adapt_settings(p, seed_list)]
+
+
+# finding streams: finding orders' GPT and FIM mix (one stream) against two streams and the target in the queries
+
+def stream_run(arm, seed, corpus=''):
+    """A run's name: finding orders' for its GPT and FIM mix (they are its runs), else streams-<arm>[-<corpus>]-s<seed>."""
+    if arm in ('gpt', 'fim-mix'):
+        return order_run(arm, seed, corpus=corpus)
+    return f"streams-{arm}{f'-{corpus}' if corpus else ''}-s{seed}"
+
+
+def stream_flags(p, chosen, arm, seed, corpus=''):
+    """train.py's flags of one of finding streams' runs: finding orders' GPT, or its FIM mix with the arm's own."""
+    base = order_flags(p, chosen, 'gpt' if arm == 'gpt' else 'fim-mix', seed)
+    return base | stream_arms(p['train']['max_iters'])[arm] | (dict(dataset=corpus) if corpus else {})
+
+
+def stream_settings(p):
+    """finding streams' [(corpus, arms)]: every arm on the preset's corpus (''), then its second arms on finding
+    orders' second corpus where the preset has one."""
+    second = p['orders'].get('second', {}).get('dataset')
+    return [('', list(STREAM_ARMS))] + ([(second, list(p['streams']['second_arms']))] if second else [])
+
+
+def stream_corpora(p, seed_list):
+    """finding streams' [(dataset, {arm: its run names})], as stream_settings."""
+    return [(corpus or p['dataset'], {arm: [stream_run(arm, s, corpus) for s in seed_list] for arm in arms})
+            for corpus, arms in stream_settings(p) if arms]
+
+
+def stream_runs(p, chosen, seed_list):
+    """finding streams' runs, {name: flags}: each arm of each corpus on every seed."""
+    return {stream_run(arm, s, corpus): stream_flags(p, chosen, arm, s, corpus)
+            for corpus, arms in stream_settings(p) for s in seed_list for arm in arms}
 
 
 def length_run(label, block_size, seed):
@@ -570,7 +617,7 @@ def eval_jobs(findings, p, seed_list, folders):
                 flags = dict(out_dir=folder, scorer=scorer, samples_out=samples) | p['gen']
                 jobs.append(script_job(f'gen-ppl {kind}-s{s}', 'gen_ppl.py', flags, os.path.join(folder, 'gen.json'),
                                        needs=[folder, os.path.dirname(scorer)] if p['scorer'] == 'l2r' else [folder]))
-    if 'orders' in findings or 'adapt' in findings:
+    if {'orders', 'adapt', 'streams'} & set(findings):
         jobs += order_eval_jobs(p, seed_list, folders, findings)
     return jobs
 
@@ -609,11 +656,11 @@ def order_eval_jobs(p, seed_list, folders, findings=('orders',)):
 
 
 def scored_corpora(p, findings, seed_list):
-    """[(dataset, {arm: run names})] whose runs findings orders and adapt (those among findings) score: finding
-    orders' corpora, then finding adapt's settings."""
+    """[(dataset, {arm: run names})] whose runs findings orders, adapt and streams (those among findings) score:
+    finding orders' corpora, then finding adapt's settings, then finding streams' corpora."""
     return (order_corpora(p, seed_list) if 'orders' in findings else []) + \
         ([(corpus or p['dataset'], runs) for corpus, _, runs in adapt_corpora(p, seed_list)] if 'adapt' in findings
-         else [])
+         else []) + (stream_corpora(p, seed_list) if 'streams' in findings else [])
 
 
 def without_random_orders():
@@ -794,10 +841,10 @@ class Measured:
         final = self.metrics(name)[-1]
         if name.startswith(('fixed', 'block')):
             return final['val_fixed']
-        if name.startswith(('orders-', 'adapt-')):
+        if name.startswith(('orders-', 'adapt-', 'streams-')):
             arm = order_arm(name)
             return final['val_l2r'] if arm in without_random_orders() else \
-                own_loss((ORDER_ARMS | ADAPT_ARMS)[arm][1], final)
+                own_loss((ORDER_ARMS | ADAPT_ARMS | STREAM_ARMS)[arm][1], final)
         return own_loss(name.split('-')[0], final)
 
     def read(self, name, file):
@@ -1287,7 +1334,53 @@ def order_results(m, p, runs, corpus=''):
     return [trade, by_span, curves], claims
 
 
-# findings orders' and adapt's readings of their runs
+def finding_streams(m, p, runs_dir):
+    """finding streams on each of its corpora (stream_corpora): the same claims on each."""
+    figures, claims = [], []
+    for i, (dataset, runs) in enumerate(stream_corpora(p, m.seed_list)):
+        more = stream_results(m, p, runs, corpus=dataset if i else '')
+        figures, claims = figures + more[0], claims + more[1]
+    return figures, claims
+
+
+def stream_results(m, p, runs, corpus=''):
+    """Each arm's numbers (finding orders' readings, its training minutes and its samples' seconds a token), the
+    trade-off figure, and the claims of each arm but the GPT and the single stream: against the single stream (the
+    any-order loss, gaps of STREAM_SPANS) by STREAM_GAIN, against the GPT (gaps from the left, the tax)."""
+    label = {arm: text for arm, (text, _) in STREAM_ARMS.items()}
+    inner = inner_spans(m, p, runs['fim-mix'][0])
+    numbers = {}
+    for arm in runs:
+        numbers |= arm_numbers(m, p, label[arm], runs[arm])
+        numbers[f'{label[arm]}: training minutes'] = spread([e / 60 for e in m.finals(runs[arm], 'elapsed')])
+        numbers |= {f"{label[arm]}: {k} steps, ms a sampled token (batch {p['orders']['gen']['batch_size']})":
+                    spread([1000 * r['seconds_per_sample'] / m.read(n, 'gaps.json')['block_size']
+                            for n, r in zip(runs[arm], sample_nlls(m, runs[arm], k)[1])]) for k in order_steps(p)}
+    named, title = lambda file: corpus_file(file, corpus), lambda text: corpus_title(text, corpus)
+    trade = trade_off_figure(m, named('ours_streams.png'), title(FINDINGS['streams']), inner,
+                             [(label[arm], runs[arm]) for arm in runs])
+    gap = lambda name, L, column=None: gap_nll(m, name, L, column)
+    text = dict(gain=STREAM_GAIN, tax=TAX, spans=', '.join(map(str, inner)))
+    stuck = lambda *arms: m.stuck([n for arm in arms for n in runs[arm]])
+    said = lambda key, **kw: said_on(corpus, key, **kw)
+    claims = []
+    for arm in [arm for arm in runs if arm not in ('gpt', 'fim-mix')]:
+        claims.append(claim(said('streams ao', arm=label[arm], **text), numbers if not claims else {},
+                            between_runs(m, runs['fim-mix'], 'val_ao', runs[arm], 'val_ao')[0], floor=STREAM_GAIN,
+                            stuck=stuck(arm, 'fim-mix')))
+        claims += [claim(said('streams gaps', arm=label[arm], span=L, **text), {},
+                         unpaired_interval([gap(n, L) for n in runs['fim-mix']], [gap(n, L) for n in runs[arm]]),
+                         floor=STREAM_GAIN, stuck=stuck(arm, 'fim-mix')) for L in STREAM_SPANS if L in inner]
+        claims.append(claim(said('orders gaps', arm=label[arm], reading='the rest, then the gap left to right', **text),
+                            {}, unpaired_interval(mean_gaps(m, runs['gpt'], inner, 'left'),
+                                                  mean_gaps(m, runs[arm], inner)), stuck=stuck(arm, 'gpt')))
+        claims.append(claim(said('orders tax', arm=label[arm], **text), {},
+                            between_runs(m, runs[arm], 'val_l2r', runs['gpt'], 'val_l2r')[0], stuck=stuck(arm, 'gpt'),
+                            decide=within(TAX)))
+    return [trade], claims
+
+
+# findings orders', adapt's and streams' readings of their runs
 
 BOTH_SIDES = {'gpt': 'left', 'encoder': 'revealed'}  # what an arm reads of a gap given both sides: a decoder 'gap_l2r'
 
@@ -1478,7 +1571,7 @@ def analyse(findings, p, m, chosen, runs_dir):
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
                 'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context')),
                 'infill': lambda: finding_infill(m, p['infill']), 'orders': lambda: finding_orders(m, p),
-                'adapt': lambda: finding_adapt(m, p, runs_dir)}
+                'adapt': lambda: finding_adapt(m, p, runs_dir), 'streams': lambda: finding_streams(m, p, runs_dir)}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()

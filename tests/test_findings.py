@@ -521,12 +521,12 @@ def write_arm(runs, name, l2r, ao, gap_both, gap_left, nll, column='gap_l2r'):
     folder = runs / name
     folder.mkdir(parents=True)
     records = [dict(iter=i, val_l2r=l2r + 1 / (i + 1), val_ao=ao + 1 / (i + 1), val_gap_span4=gap_both,
-                    val_gap_span4_left=gap_left) for i in (0, 30)]
+                    val_gap_span4_left=gap_left, elapsed=2 * i) for i in (0, 30)]
     (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
     nlls = {f'span:{L}': dict(nll={column: gap_both + L / 100, 'left': gap_left + L / 100}) for L in (1, 4, 32)}
     (folder / 'gaps.json').write_text(json.dumps(dict(block_size=32, results=dict(shakespeare_char=nlls))))
-    rows = [dict(steps=k, gen_ppl=math.exp(nll), entropy=2.5, sample_nll=[nll - 0.1, nll + 0.1], order='random')
-            for k in (4, 32)]
+    rows = [dict(steps=k, gen_ppl=math.exp(nll), entropy=2.5, sample_nll=[nll - 0.1, nll + 0.1], order='random',
+                 seconds_per_sample=0.064) for k in (4, 32)]
     (folder / 'gen_orders.json').write_text(json.dumps(dict(results=rows)))
     return str(folder)
 
@@ -784,3 +784,81 @@ def test_smoke_adapt_end_to_end(workdir, tmp_path, one_thread):
     assert 'adapt-half-staged-s1337' not in os.listdir(runs)  # its sweep's run
     assert (runs / 'adapt-sweep-half-staged-lr0.01' / 'gen_orders.json').exists()
     assert (runs / 'adapt-half-staged-w64-s1' / 'gaps.json').exists() and 'started' in result.stdout
+
+
+# -----------------------------------------------------------------------------
+# finding streams
+
+
+def test_the_stream_arms_are_the_fim_mix_with_their_target_settings():
+    import findings
+    p, seeds, chosen = adapt_plan(findings)
+    runs = findings.stream_runs(p, chosen, seeds)
+    fim = findings.order_flags(p, chosen, 'fim-mix', 1)
+    assert runs['orders-fim-mix-s1'] == fim and runs['orders-gpt-s1'] == findings.order_flags(p, chosen, 'gpt', 1)
+    assert runs['streams-two-s1'] == fim | dict(target_injection='two_stream')
+    assert runs['streams-two-half-s1'] == fim | dict(target_injection='two_stream', max_iters=1000, lr_decay_iters=1000)
+    assert runs['streams-queries-s1'] == fim | dict(target_injection='queries', position_encoding='rotary')
+    assert runs['streams-two-wikitext2_char-s2'] == runs['streams-two-s2'] | dict(dataset='wikitext2_char')
+    assert 'orders-fim-mix-wikitext2_char-s2' in runs and 'streams-queries-wikitext2_char-s2' not in runs
+    assert len(runs) == 3 * (5 + 3)  # a seed: every arm on the play, the GPT, the FIM mix and two streams on prose
+    both = findings.seed_runs(p, ['orders', 'streams'], seeds, chosen, {})
+    assert len(both) == len(findings.seed_runs(p, ['orders'], seeds, chosen, {})) + 3 * 4  # finding orders' shared
+    assert [findings.order_arm(n) for n in ('streams-two-half-s1', 'streams-two-wikitext2_char-s2',
+                                            'orders-fim-mix-s1')] == ['two-half', 'two', 'fim-mix']
+
+
+def test_the_streams_claims_read_each_arms_numbers(tmp_path):
+    """Synthetic arms with known numbers: each arm's any-order gain and 4-token gap gain over the single stream, its
+    gaps against the GPT's left side, its tax, on both corpora; the numbers carry each arm's training minutes and
+    seconds a sampled token."""
+    import findings
+    smoke = findings.PRESETS['smoke']
+    p = smoke | dict(orders=smoke['orders'] | dict(second=dict(dataset='prose', arms=('gpt', 'fim-mix'))),
+                     streams=dict(second_arms=('gpt', 'fim-mix', 'two')))
+    seeds, runs, folders = [1337, 1], tmp_path / 'runs', {}
+    # (l2r loss, any-order loss, gap NLL given both sides, from the left only, sample NLL), seed 1 adds 0.02
+    arms = {'gpt': (1.6, 4.0, 3.0, 1.5, 1.7), 'fim-mix': (1.95, 2.31, 1.3, 2.0, 3.1),
+            'two': (1.8, 2.21, 1.2, 2.0, 3.0), 'two-half': (2.0, 2.35, 1.4, 2.1, 3.2), 'queries': (1.9, 2.3, 1.3, 2.0, 3.0)}
+    for corpus, names in (('', arms), ('prose', ('gpt', 'fim-mix', 'two'))):
+        for i, s in enumerate(seeds):
+            for arm in names:
+                name = findings.stream_run(arm, s, corpus)
+                folders[name] = write_arm(runs, name, *(v + 0.02 * i + (0.1 if corpus else 0) for v in arms[arm]))
+    m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
+    figures, claims = findings.finding_streams(m, p, str(runs))
+    assert figures == ['ours_streams.png', 'ours_streams_prose.png']
+    assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
+    assert len(claims) == 4 * (3 + 1)  # each arm but the GPT and the single stream: any order, 4-token gaps, GPT, tax
+    label = lambda arm: findings.STREAM_ARMS[arm][0]
+    effect = lambda start: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
+                                if c['claim'].startswith(start))
+    assert effect(f'(Ours) {label("two")} ends with a lower any-order loss') == pytest.approx(0.1)
+    assert effect(f'(Ours) {label("two-half")} ends with a lower any-order loss') == pytest.approx(-0.04)
+    assert effect(f'(Ours) {label("two")} fills gaps of 4 tokens better than the single') == pytest.approx(0.1)
+    # the GPT's left side (1.5 + L/100) minus the arm's both sides (1.3 + L/100), over spans 1 and 4
+    assert effect(f'(Ours) {label("queries")} fills gaps better than the left-to-right GPT') == pytest.approx(0.2)
+    assert effect(f'(Ours) {label("two")} reads left to right within') == pytest.approx(0.2)
+    assert effect(f'(Ours, on prose) {label("two")} ends with a lower any-order loss') == pytest.approx(0.1)
+    verdicts = {c['claim'][:60]: c['verdict'] for c in claims}
+    assert verdicts[f'(Ours) {label("two")} ends with a lower any-order loss'[:60]] == 'holds'
+    first = claims[0]['numbers']
+    assert first[f'{label("two")}: training minutes']['mean'] == pytest.approx(1.0)  # 60 s
+    assert first[f'{label("two")}: 4 steps, ms a sampled token (batch 4)']['mean'] == pytest.approx(2.0)  # 64 ms / 32
+
+
+@pytest.mark.slow
+def test_smoke_streams_end_to_end(workdir, tmp_path, one_thread):
+    """--only=streams at toy size: the kinds' sweeps, finding orders' GPT and FIM mix, two streams at the same and half
+    the iterations, the target in the queries, their evaluations, every claim."""
+    out = tmp_path / 'streams'
+    run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=streams', cwd=workdir)
+    streams = json.loads((out / 'results.json').read_text())['findings'][1]
+    assert streams['finding'] == 'streams' and len(streams['claims']) == 3 * 4
+    for claim in streams['claims']:
+        interval = claim['numbers']['effect [95% interval] (n)']
+        assert claim['verdict'] in VERDICTS and interval['low'] <= interval['effect'] <= interval['high']
+    runs = out / 'runs'
+    assert json.loads((runs / 'streams-two-half-s1' / 'args.json').read_text())['max_iters'] == 15
+    assert json.loads((runs / 'streams-queries-s1' / 'args.json').read_text())['target_injection'] == 'queries'
+    assert (runs / 'orders-fim-mix-s1' / 'gen_orders.json').exists() and (runs / 'streams-two-s1' / 'gaps.json').exists()
