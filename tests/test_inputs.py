@@ -127,6 +127,13 @@ TRAIN = [
     (['--min_lr=1.0'], ('--min_lr (1.0)', 'not exceed --learning_rate')),
     (['--order=sideways'], ('--order', 'one of')),
     (['--target_injection=mul'], ('--target_injection', 'one of')),
+    (['--target_injection=two_stream', '--architecture=encoder'], ("encoder is built from AO-GPT's adaLN blocks",
+                                                                   "must be 'adaln'", "got 'two_stream'")),
+    (['--target_injection=queries', '--position_encoding=learned'], ("target_injection='queries'",
+                                                                     "position_encoding must turn queries at the target",
+                                                                     "got 'learned'")),
+    (['--init_from=out-char/ckpt.pt', '--out_dir=out-new', '--target_injection=two_stream', '--max_iters=0'],
+     ('--target_injection=two_stream', "checkpoint's target_injection=adaln", 'takes its model')),
     (['--n_head=3'], ('divisible by n_head',)),
     (['--lerning_rate=1'], ("did you mean 'learning_rate'",)),
     (['--device=cuda'], ('--device=cuda', '0 CUDA device(s)', 'use --device=cpu')),
@@ -464,6 +471,7 @@ def kept_checkpoint(workdir, char_ckpt):
     (['--n_layer=4'], ('--n_layer=4', 'n_layer=2', 'takes its model')),
     (['--block_size=40'], ('--block_size=40', 'block_size 39', 'use --block_size=39 or less')),
     (['--target_injection=adaln'], ('--target_injection=adaln', "target_injection=add", 'takes its model')),
+    (['--target_injection=two_stream'], ('--target_injection=two_stream', "target_injection=add", 'takes its model')),
 ])
 def test_bad_starts_from_gpt2_are_one_line_and_keep_the_checkpoint(workdir, bpe_shakespeare, gpt2_folder,
                                                                    kept_checkpoint, args, parts):
