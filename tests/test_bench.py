@@ -10,12 +10,12 @@ import pytest
 from conftest import ROOT, one_line_error, run_here, run_script, says, synthetic_gpt2_ids
 
 
-def test_arch_compares_the_three_architectures(tmp_path, one_thread):
+def test_arch_compares_the_architectures_and_target_settings(tmp_path, one_thread):
     out = run_script('bench.py', '--run=arch', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--block_size=16', '--batch_size=2', '--vocab_size=50', '--train_steps=1', '--rounds=1',
                      '--sample_block_size=32', '--sample_steps=4,32', cwd=tmp_path).stdout
     lines = out.splitlines()
-    for name in ('AO-GPT', 'sigma-GPT', 'encoder MDM'):  # params, tok/s and the ratio to AO-GPT
+    for name in ('AO-GPT', 'sigma-GPT', 'encoder MDM', 'two streams', 'target in queries'):  # params, tok/s, ratio
         assert any(line.startswith(name + ' ') and line.endswith('x') for line in lines), name
     generation = lines[next(i for i, line in enumerate(lines) if line.startswith('steps')) + 1:]
     assert [row.split()[0] for row in generation] == ['4', '32'] and all(row.endswith('x') for row in generation)
