@@ -374,8 +374,8 @@ TINY_BLOCK = 16  # tiny_model's block_size
 DECODERS = [dict(target_injection=injection, position_encoding=positions)
             for injection in ('adaln', 'add') for positions in ('learned', 'rotary', 'rotary_plain')] + \
            [dict(target_injection='adaln', position_encoding=p) for p in ('rotary_half_heads', 'rotary_upper_layers')] + \
-           [dict(target_injection='two_stream', position_encoding=p) for p in ('learned', 'rotary')] + \
-           [dict(target_injection='queries', position_encoding='rotary')]
+           [dict(target_injection='two_stream', position_encoding='rotary'),
+            dict(target_injection='queries', position_encoding='rotary')]
 
 
 def decoder_id(kind):

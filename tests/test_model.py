@@ -118,7 +118,8 @@ def slow_forward(model, x, order):
 
 
 @pytest.mark.parametrize('bias', [True, False])
-@pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
+@pytest.mark.parametrize('kind', DECODERS + [dict(target_injection='two_stream', position_encoding='learned')],
+                         ids=decoder_id)  # two streams' learned positions: here and in the cache's test below
 def test_forward_matches_slow_forward(kind, bias):
     model = tiny_model(bias=bias, **kind)
     x = torch.randint(0, 11, (2, 16))
