@@ -257,7 +257,7 @@ def seed_runs(p, findings, seed_list, chosen, sweep, at_blocks=None, adapt_rates
     encoding; finding length's at at_blocks' points, choose_at_blocks; finding adapt's at adapt_rates,
     choose_adapt); sweep: the sweeps' {name: flags}."""
     runs = {}
-    # long and adapt need the kinds' choices only
+    # long, adapt and streams need the kinds' choices only
     seeded = {kind for f in findings if f not in ('long', 'adapt', 'streams') for kind in FINDING_KINDS[f]}
     for kind, (point, _, _) in chosen.items():
         if kind in seeded:
@@ -1334,7 +1334,7 @@ def order_results(m, p, runs, corpus=''):
     return [trade, by_span, curves], claims
 
 
-def finding_streams(m, p, runs_dir):
+def finding_streams(m, p):
     """finding streams on each of its corpora (stream_corpora): the same claims on each."""
     figures, claims = [], []
     for i, (dataset, runs) in enumerate(stream_corpora(p, m.seed_list)):
@@ -1571,7 +1571,7 @@ def analyse(findings, p, m, chosen, runs_dir):
                 '8': lambda: finding_8(m), 'plateau': lambda: finding_plateau(m),
                 'long': lambda: finding_long(m, p.get('long')), 'length': lambda: finding_length(m, p.get('lengths'), p['dataset'], p.get('context')),
                 'infill': lambda: finding_infill(m, p['infill']), 'orders': lambda: finding_orders(m, p),
-                'adapt': lambda: finding_adapt(m, p, runs_dir), 'streams': lambda: finding_streams(m, p, runs_dir)}
+                'adapt': lambda: finding_adapt(m, p, runs_dir), 'streams': lambda: finding_streams(m, p)}
     results = [sweep_section(p, chosen, runs_dir, m.out_dir)]
     for name in findings:
         figures, claims = analyses[name]()

@@ -826,7 +826,7 @@ def test_the_streams_claims_read_each_arms_numbers(tmp_path):
                 name = findings.stream_run(arm, s, corpus)
                 folders[name] = write_arm(runs, name, *(v + 0.02 * i + (0.1 if corpus else 0) for v in arms[arm]))
     m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
-    figures, claims = findings.finding_streams(m, p, str(runs))
+    figures, claims = findings.finding_streams(m, p)
     assert figures == ['ours_streams.png', 'ours_streams_prose.png']
     assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
     assert len(claims) == 4 * (3 + 1)  # each arm but the GPT and the single stream: any order, 4-token gaps, GPT, tax
