@@ -480,20 +480,16 @@ def bench_architectures():
 
     def sample(model, n_steps):
         x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
-        t0 = time.perf_counter()
         with autocast(device, dtype):
             generate(model, x, known, n_steps, generator=torch.Generator(device).manual_seed(seed))
         sync()
-        return time.perf_counter() - t0
 
     all_steps = [count_of(s) for s in sample_steps.split(',')]
-    for model in samplers.values():
-        for n_steps in all_steps if compile else all_steps[:1]:  # warm-up (compiled: each step count's graphs)
-            sample(model, n_steps)
-    times = {n_steps: {name: sample(model, n_steps) for name, model in samplers.items()} for n_steps in all_steps}
+    times = {n_steps: median_seconds({name: lambda model=model, n_steps=n_steps: sample(model, n_steps)
+                                      for name, model in samplers.items()}) for n_steps in all_steps}
     print(f'generation at n_layer={n_layer} n_head={n_head} n_embd={n_embd}: batch {batch_size} x {T}, random order, '
-          f'wall time by steps (decoders with their KV cache, the encoder a full forward per step), {device} {dtype}'
-          f'{" compiled" if compile else ""}')
+          f'median wall time of {rounds} rounds by steps (decoders with their KV cache, the encoder a full forward per '
+          f'step), {device} {dtype}{" compiled" if compile else ""}')
     print_table(['steps', *samplers, 'encoder / AO-GPT'],
                 [[n_steps, *(f'{s:.2f}s' for s in row.values()), f"{row['encoder MDM'] / row['AO-GPT']:.1f}x"]
                  for n_steps, row in times.items()])

@@ -80,7 +80,7 @@ The findings are numbered by the paper's figure that shows them (sample quality 
            targets) against the single stream: finding orders' FIM mix (its runs) against the same with two streams
            at its iterations and at half of them (about its training compute), and with the target in the rotary
            queries only ('queries'), each at the mixed kind's chosen settings, beside finding orders' GPT; finding
-           orders' readings (losses, gaps both sides and left only, samples scored by the GPT) and training minutes;
+           orders' readings (losses, gaps both sides and left only, samples scored by the GPT) and ms a sampled token;
            each arm against the single stream (any-order loss, gaps of 4 and 16 tokens, by at least 0.05 nats) and
            the GPT (gaps from the left, the tax); the same-iteration two streams again on the second corpus (cpu and
            smoke presets)
@@ -1344,15 +1344,15 @@ def finding_streams(m, p):
 
 
 def stream_results(m, p, runs, corpus=''):
-    """Each arm's numbers (finding orders' readings, its training minutes and its samples' seconds a token), the
-    trade-off figure, and the claims of each arm but the GPT and the single stream: against the single stream (the
-    any-order loss, gaps of STREAM_SPANS) by STREAM_GAIN, against the GPT (gaps from the left, the tax)."""
+    """Each arm's numbers (finding orders' readings and its samples' ms a token; not training minutes: a run's
+    wall clock counts only since its last resume, and pauses and other loads in it), the trade-off figure, and the
+    claims of each arm but the GPT and the single stream: against the single stream (the any-order loss, gaps of
+    STREAM_SPANS) by STREAM_GAIN, against the GPT (gaps from the left, the tax)."""
     label = {arm: text for arm, (text, _) in STREAM_ARMS.items()}
     inner = inner_spans(m, p, runs['fim-mix'][0])
     numbers = {}
     for arm in runs:
         numbers |= arm_numbers(m, p, label[arm], runs[arm])
-        numbers[f'{label[arm]}: training minutes'] = spread([e / 60 for e in m.finals(runs[arm], 'elapsed')])
         numbers |= {f"{label[arm]}: {k} steps, ms a sampled token (batch {p['orders']['gen']['batch_size']})":
                     spread([1000 * r['seconds_per_sample'] / m.read(n, 'gaps.json')['block_size']
                             for n, r in zip(runs[arm], sample_nlls(m, runs[arm], k)[1])]) for k in order_steps(p)}
