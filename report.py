@@ -86,9 +86,10 @@ def point_figure(path, title, xlabel, ylabel, points):
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.set_title(title, fontsize='medium')
     ax.grid(alpha=0.3)
-    ax.legend(fontsize='small', loc='upper center', bbox_to_anchor=(0.5, -0.12), ncol=2)  # below: the axes keep the width
+    wide = max(len(label) for label, _, _ in points) > 45  # then one label a row, or the two columns overflow
+    ax.legend(fontsize='small', loc='upper center', bbox_to_anchor=(0.5, -0.12), ncol=1 if wide else 2)  # below the axes
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches='tight')  # the legend below the axes is kept whole
     return fig
 
 
