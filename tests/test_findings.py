@@ -763,15 +763,22 @@ def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
         {0: 3.5 + 1, 30: 2.42 + 1, 60: 2.42 + 1 / 31})
 
 
+@pytest.fixture(scope='module')
+def smoke_adapt_streams(workdir, tmp_path_factory, one_thread):
+    """--only=adapt,streams at toy size, in one call: they share the kinds' sweeps and finding orders' GPT and FIM mix
+    runs. (out_dir, stdout, {finding: its entry in results.json})."""
+    out = tmp_path_factory.mktemp('findings') / 'adapt-streams'
+    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=adapt,streams', cwd=workdir)
+    return out, result.stdout, {f['finding']: f for f in json.loads((out / 'results.json').read_text())['findings']}
+
+
 @pytest.mark.slow
-def test_smoke_adapt_end_to_end(workdir, tmp_path, one_thread):
+def test_smoke_adapt_end_to_end(smoke_adapt_streams):
     """--only=adapt at toy size: the kinds' sweeps, the GPT parents, the adaptations' sweep, their seeds from the
     parents' checkpoints, the larger size, the evaluations, every claim."""
-    out = tmp_path / 'adapt'
-    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=adapt', cwd=workdir)
-    results = json.loads((out / 'results.json').read_text())
-    adapt = results['findings'][1]
-    assert adapt['finding'] == 'adapt' and adapt['title'].startswith('(Ours)')
+    out, stdout, findings = smoke_adapt_streams
+    adapt = findings['adapt']
+    assert adapt['title'].startswith('(Ours)')
     assert len(adapt['claims']) == 3 * (1 + 2 + 1) + 1  # the smoke preset: one corpus, spans 1 and 4 inside the block
     for claim in adapt['claims']:
         interval = claim['numbers']['effect [95% interval] (n)']
@@ -783,7 +790,7 @@ def test_smoke_adapt_end_to_end(workdir, tmp_path, one_thread):
     assert json.loads((runs / 'adapt-parent-3q-s1' / 'metrics.jsonl').read_text().splitlines()[-1])['iter'] == 22
     assert 'adapt-half-staged-s1337' not in os.listdir(runs)  # its sweep's run
     assert (runs / 'adapt-sweep-half-staged-lr0.01' / 'gen_orders.json').exists()
-    assert (runs / 'adapt-half-staged-w64-s1' / 'gaps.json').exists() and 'started' in result.stdout
+    assert (runs / 'adapt-half-staged-w64-s1' / 'gaps.json').exists() and 'started' in stdout
 
 
 # -----------------------------------------------------------------------------
@@ -847,13 +854,12 @@ def test_the_streams_claims_read_each_arms_numbers(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_streams_end_to_end(workdir, tmp_path, one_thread):
+def test_smoke_streams_end_to_end(smoke_adapt_streams):
     """--only=streams at toy size: the kinds' sweeps, finding orders' GPT and FIM mix, two streams at the same and half
     the iterations, the target in the queries, their evaluations, every claim."""
-    out = tmp_path / 'streams'
-    run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=streams', cwd=workdir)
-    streams = json.loads((out / 'results.json').read_text())['findings'][1]
-    assert streams['finding'] == 'streams' and len(streams['claims']) == 3 * 4
+    out, _, findings = smoke_adapt_streams
+    streams = findings['streams']
+    assert len(streams['claims']) == 3 * 4
     for claim in streams['claims']:
         interval = claim['numbers']['effect [95% interval] (n)']
         assert claim['verdict'] in VERDICTS and interval['low'] <= interval['effect'] <= interval['high']
