@@ -1345,9 +1345,9 @@ def finding_streams(m, p):
 
 def stream_results(m, p, runs, corpus=''):
     """Each arm's numbers (finding orders' readings and its samples' ms a token; not training minutes: a run's
-    wall clock counts only since its last resume, and pauses and other loads in it), the trade-off figure, and the
-    claims of each arm but the GPT and the single stream: against the single stream (the any-order loss, gaps of
-    STREAM_SPANS) by STREAM_GAIN, against the GPT (gaps from the left, the tax)."""
+    wall clock counts pauses and whatever else ran beside it, and the cpu runs' restarted at each resume), the
+    trade-off figure, and the claims of each arm but the GPT and the single stream: against the single stream (the
+    any-order loss, gaps of STREAM_SPANS) by STREAM_GAIN, against the GPT (gaps from the left, the tax)."""
     label = {arm: text for arm, (text, _) in STREAM_ARMS.items()}
     inner = inner_spans(m, p, runs['fim-mix'][0])
     numbers = {}

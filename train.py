@@ -411,6 +411,7 @@ model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=bloc
                   position_encoding=position_encoding, gelu=gelu)
 iter_num = 0
 evaluated_at = None  # the last iteration whose evaluation is in metrics.jsonl
+trained_seconds = 0.0  # the training before this process's start, so a resumed run's `elapsed` goes on from it
 checkpoint = None
 parent = None  # a new run's parent_record
 vocab_note = ''
@@ -433,6 +434,7 @@ elif init_from == 'resume':
     iter_num = checkpoint['iter_num']
     parent = checkpoint.get('parent')
     evaluated_at = checkpoint.get('evaluated_at', iter_num)  # a run stopped before an evaluation evaluates on resume
+    trained_seconds = checkpoint.get('elapsed', 0.0)
     if checkpoint.get('world_size', ddp_world_size) != ddp_world_size:
         message = (f"{init_path} was trained by {checkpoint['world_size']} processes, now {ddp_world_size}: each "
                    'process draws its own batches, so the run goes on with other data than it would have')
@@ -602,6 +604,7 @@ def checkpoint_now():
         'iter_num': iter_num,
         'fixed_order': fixed_order,
         'evaluated_at': evaluated_at,
+        'elapsed': time.time() - start_time,  # seconds of training, over every resume
         'world_size': ddp_world_size,  # each process draws its own batches: another count is another run
         'vocab': data_vocab,  # what the token ids mean: 'gpt2' or the dataset's characters
         'config': config,
@@ -696,8 +699,8 @@ if wandb_log and master_process and not eval_only:
 
 # -----------------------------------------------------------------------------
 # training loop
-start_time = time.time()
-log_time, log_iter = start_time, iter_num
+start_time = time.time() - trained_seconds
+log_time, log_iter = time.time(), iter_num
 tokens_per_sec = 0.0
 train_loss = torch.zeros((), device=device)  # summed on the device between logs: no sync per step
 saved_at = iter_num if init_from == 'resume' else None  # the iteration out_dir/ckpt.pt holds

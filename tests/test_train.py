@@ -49,6 +49,21 @@ def test_resume_drops_a_cut_last_metrics_line(workdir):
     assert [r['iter'] for r in metrics(workdir, 'out-cut')] == [0, 5, 10]
 
 
+def test_a_resumed_runs_elapsed_goes_on_from_its_checkpoint(workdir):
+    """metrics.jsonl's `elapsed` counts a run's training over its resumes: a checkpoint that says 1,000 s of training
+    went before resumes at 1,000 s, not at 0."""
+    common = ['--eval_interval=5', '--lr_decay_iters=10']
+    train(workdir, 'out-elapsed', *common, '--max_iters=5')
+    path = workdir / 'out-elapsed' / 'ckpt.pt'
+    ckpt = torch.load(path, weights_only=True)
+    assert 0 < ckpt['elapsed'] < 1000
+    torch.save(ckpt | {'elapsed': 1000.0}, path)
+    train(workdir, 'out-elapsed', *common, '--max_iters=10', '--init_from=resume')
+    records = metrics(workdir, 'out-elapsed')
+    assert [r['iter'] for r in records] == [0, 5, 10] and records[1]['elapsed'] < 1000 < records[2]['elapsed']
+    assert stored_checkpoint(workdir, 'out-elapsed')['elapsed'] >= records[2]['elapsed']
+
+
 @pytest.mark.parametrize('order', ['mixed', 'block_random', 'encoder'])
 def test_resume_is_exact(workdir, order):
     kind = ['--architecture=encoder'] if order == 'encoder' else [f'--order={order}', '--order_block=8']
