@@ -772,6 +772,7 @@ while True:
         train_loss.zero_()
 
 if master_process:
-    print(f'done in {time.time() - start_time:.1f}s, peak memory {peak_memory_mb(device):,.0f} MiB')
+    print(f'done: {time.time() - start_time:.1f}s of training (over its resumes), '
+          f'peak memory {peak_memory_mb(device):,.0f} MiB')
 if ddp:
     destroy_process_group()
