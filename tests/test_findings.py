@@ -87,6 +87,15 @@ def test_the_sweep_trains_every_point_and_the_seeds_take_the_choice(smoke):
         assert settings['min_lr'] == chosen['learning_rate'] / 10
 
 
+@pytest.mark.parametrize('preset', ['cpu', 'smoke', 'gpu'])
+def test_the_dry_run_plans_the_jobs_it_planned_before_the_split(preset):
+    """--dry_run prints the sweep's jobs with their flags and the runs after it, in the order of the fixture made
+    before findings.py became the experiments package (tests/fixtures/make_dry_runs.py)."""
+    from fixtures.make_dry_runs import FIXTURE, dry_run
+    with open(FIXTURE) as f:
+        assert dry_run(preset) == json.load(f)[preset]
+
+
 def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
     import findings
     p = dict(grid=dict(learning_rate=(1e-2, 3e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')))
