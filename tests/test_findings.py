@@ -97,41 +97,45 @@ def test_the_dry_run_plans_the_jobs_it_planned_before_the_split(preset):
 
 
 def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
-    import findings
+    from experiments.sweep import choose, own_loss, point_name
     p = dict(grid=dict(learning_rate=(1e-2, 3e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')))
     losses = {(0.01, 'learned'): (2.0, 3.0), (0.01, 'rotary'): (2.5, 1.0), (0.03, 'learned'): (1.0, 3.5),
               (0.03, 'rotary'): (3.0, 3.0)}  # (val_l2r, val_ao): the encoder is chosen by val_ao alone
     for (lr, positions), (l2r, ao) in losses.items():
         point = dict(learning_rate=lr, gate_init=1.0, position_encoding=positions)
-        folder = tmp_path / findings.point_name('encoder', point)
+        folder = tmp_path / point_name('encoder', point)
         folder.mkdir()
         (folder / 'metrics.jsonl').write_text(json.dumps(dict(iter=30, val_l2r=l2r, val_ao=ao)) + '\n')
-    point, name, rows = findings.choose(p, 'encoder', str(tmp_path))
+    point, name, rows = choose(p, 'encoder', str(tmp_path))
     assert point == dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
     assert name == 'sweep-encoder-lr0.01-gate1-rotary' and len(rows) == 4
-    assert findings.own_loss('mixed', dict(val_l2r=2.0, val_ao=3.0)) == pytest.approx(2.9)
+    assert own_loss('mixed', dict(val_l2r=2.0, val_ao=3.0)) == pytest.approx(2.9)
 
 
 @pytest.mark.parametrize('preset, gates', [('cpu', (1.0,)), ('gpu', (0.0, 1.0)), ('smoke', (1.0,))])
 def test_every_kind_sweeps_the_position_encoding(preset, gates):
-    import findings
-    p = findings.PRESETS[preset]
-    for kind in findings.KINDS:
-        points = findings.grid_points(kind, p['grid'])
+    from experiments.presets import KINDS, PRESETS
+    from experiments.sweep import grid_points, point_name, sweep_runs
+    p = PRESETS[preset]
+    for kind in KINDS:
+        points = grid_points(kind, p['grid'])
         adaln = kind != 'sigma'
         assert len(points) == len(p['grid']['learning_rate']) * (len(gates) if adaln else 1) * 2
         assert {pt['position_encoding'] for pt in points} == {'learned', 'rotary'}
         assert {pt.get('gate_init') for pt in points} == (set(gates) if adaln else {None})
-        assert all(findings.point_name(kind, pt).endswith(('-learned', '-rotary')) for pt in points)
-    assert len(findings.sweep_runs(p, list(findings.KINDS))) == {'cpu': 20, 'gpu': 36, 'smoke': 10}[preset]
+        assert all(point_name(kind, pt).endswith(('-learned', '-rotary')) for pt in points)
+    assert len(sweep_runs(p, list(KINDS))) == {'cpu': 20, 'gpu': 36, 'smoke': 10}[preset]
 
 
 def test_runs_with_the_flags_of_another_are_trained_once():
-    import findings
-    p, seeds = findings.PRESETS['cpu'], [1337, 1, 2]
-    sweep = findings.sweep_runs(p, ['mixed'])
+    from experiments.length import block_sweep_runs, length_entries
+    from experiments.pipeline import seed_runs
+    from experiments.presets import PRESETS
+    from experiments.sweep import run_flags, same_runs, sweep_runs
+    p, seeds = PRESETS['cpu'], [1337, 1, 2]
+    sweep = sweep_runs(p, ['mixed'])
     point = dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
-    runs = findings.seed_runs(p, ['plateau', 'long'], seeds, {'mixed': (point, None, None)}, sweep)
+    runs = seed_runs(p, ['plateau', 'long'], seeds, {'mixed': (point, None, None)}, sweep)
     assert runs['mixed-s1337'] == runs['mixed-rotary-s1337'] == 'sweep-mixed-lr0.01-gate1-rotary'  # the winner
     assert runs['mixed-learned-s1337'] == 'sweep-mixed-lr0.01-gate1-learned'  # the sweep's other point, same rate
     assert runs['mixed-rotary-s1'] == 'mixed-s1' and runs['mixed-rotary-s2'] == 'mixed-s2'
@@ -139,52 +143,53 @@ def test_runs_with_the_flags_of_another_are_trained_once():
     assert trained == {'mixed-s1', 'mixed-s2', 'mixed-learned-s1', 'mixed-learned-s2',
                        *(f'mixed-rotary_plain-s{s}' for s in seeds),
                        *(f'mixed-long-{pe}-s{s}' for pe in ('learned', 'rotary') for s in (1337, 1))}
-    assert runs['mixed-learned-s1'] == findings.run_flags(p, 'mixed', point | dict(position_encoding='learned'), 1)
-    assert runs['mixed-long-rotary-s1'] == findings.run_flags(p, 'mixed', point, 1) | dict(block_size=256,
+    assert runs['mixed-learned-s1'] == run_flags(p, 'mixed', point | dict(position_encoding='learned'), 1)
+    assert runs['mixed-long-rotary-s1'] == run_flags(p, 'mixed', point, 1) | dict(block_size=256,
                                                                                           batch_size=4)
-    assert findings.seed_runs(p, ['long'], seeds, {'mixed': (point, None, None)}, sweep).keys() == \
+    assert seed_runs(p, ['long'], seeds, {'mixed': (point, None, None)}, sweep).keys() == \
         {f'mixed-long-{pe}-s{s}' for pe in ('learned', 'rotary') for s in (1337, 1)}  # no seeds of the kind
     chosen = {'mixed': (point, None, None), 'encoder': (point, None, None), 'l2r': (point | dict(learning_rate=3e-3),
                                                                                 None, None)}
-    block_sweep = findings.block_sweep_runs(p, chosen)  # 2 blocks x (AO-GPT's 3 query settings, the encoder) x 2 rates
+    block_sweep = block_sweep_runs(p, chosen)  # 2 blocks x (AO-GPT's 3 query settings, the encoder) x 2 rates
     assert len(block_sweep) == 16 and not any('l2r' in name for name in block_sweep)
     at_blocks = {(label, block): entry[1] for block, _ in p['lengths']
-                 for label, entry in findings.length_entries(chosen, block, 64).items()}
-    runs = findings.seed_runs(p, ['long', 'length'], seeds, chosen, sweep | block_sweep, at_blocks)
+                 for label, entry in length_entries(chosen, block, 64).items()}
+    runs = seed_runs(p, ['long', 'length'], seeds, chosen, sweep | block_sweep, {'length': at_blocks})
     # finding length: the base block's runs are the kinds' seeds, block 256's AO-GPT runs are finding long's rotary
     assert runs['encoder-block64-s1'] == 'encoder-s1' and runs['mixed-block256-s1'] == 'mixed-long-rotary-s1'
     # a longer block's first seed is its sweep's run at the chosen rate; the query-only variants there only
     assert runs['mixed-rotary_half_heads-block1024-s1337'] == 'sweep-mixed-lr0.01-gate1-rotary_half_heads-block1024'
     half = point | dict(position_encoding='rotary_half_heads')
-    assert runs['mixed-rotary_half_heads-block1024-s1'] == findings.run_flags(p, 'mixed', half, 1) | dict(
+    assert runs['mixed-rotary_half_heads-block1024-s1'] == run_flags(p, 'mixed', half, 1) | dict(
         block_size=1024, batch_size=1)
     assert not any(name.startswith('mixed-rotary_') and 'block64' in name for name in runs)
-    assert runs['l2r-block1024-s1337'] == findings.run_flags(p, 'l2r', chosen['l2r'][0], 1337) | dict(
+    assert runs['l2r-block1024-s1337'] == run_flags(p, 'l2r', chosen['l2r'][0], 1337) | dict(
         block_size=1024, batch_size=1)
     assert not any(name.startswith(('mixed-block', 'encoder-block', 'l2r-block')) and name.endswith('-s2')
                    for name in runs)  # two seeds
-    assert findings.same_runs({'a': dict(x=1), 'b': dict(x=1), 'c': dict(x=2)}, {'s': dict(x=2)}) == \
+    assert same_runs({'a': dict(x=1), 'b': dict(x=1), 'c': dict(x=2)}, {'s': dict(x=2)}) == \
         {'a': dict(x=1), 'b': 'a', 'c': 's'}
 
 
 def test_a_longer_block_takes_the_rate_whose_run_ends_lowest_in_the_kinds_own_objective(tmp_path):
-    import findings
-    p = findings.PRESETS['cpu']
+    from experiments.length import block_sweep_runs, choose_at_blocks
+    from experiments.presets import PRESETS
+    p = PRESETS['cpu']
     point = dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
     chosen = {kind: (point, None, None) for kind in ('mixed', 'encoder', 'l2r')}
-    for name, flags in findings.block_sweep_runs(p, chosen).items():  # the low rate wins for the encoder only
+    for name, flags in block_sweep_runs(p, chosen).items():  # the low rate wins for the encoder only
         low = flags['learning_rate'] == 0.003
         loss = 2.0 + (-0.1 if low else 0.1) * (1 if flags.get('architecture') == 'encoder' else -1)
         (tmp_path / name).mkdir()
         (tmp_path / name / 'metrics.jsonl').write_text(json.dumps(dict(iter=2000, val_ao=loss, val_l2r=9.0)) + '\n')
-    picked = findings.choose_at_blocks(p, chosen, str(tmp_path))
+    picked = choose_at_blocks(p, chosen, str(tmp_path))
     assert picked['encoder', 1024]['learning_rate'] == 0.003 and picked['encoder', 256]['learning_rate'] == 0.003
     assert picked['mixed-rotary_upper_layers', 1024] == point | dict(position_encoding='rotary_upper_layers')
     assert picked['mixed', 64] == point and picked['l2r', 1024] == point  # the base block, and l2r: the sweep's choice
 
 
 def test_the_plateau_is_left_at_the_first_evaluation_a_tenth_of_a_nat_below_the_unigram_entropy():
-    from findings import plateau_left
+    from experiments.plateau import plateau_left
     records = [dict(iter=i, val_ao=v) for i, v in ((0, 4.2), (250, 3.30), (500, 3.25), (750, 3.2), (1000, 2.5))]
     assert plateau_left(records, unigram=3.34) == 750  # 3.25 is only 0.09 below
     assert plateau_left(records, unigram=3.5) == 250
@@ -199,7 +204,7 @@ def timing_file(ao, encoder, ao_by_length, encoder_by_length):
 
 def test_the_timing_claims_have_a_t_interval_over_the_repeats():
     import math
-    from findings import length_claim, time_claim
+    from experiments.generation import length_claim, time_claim
     from report import t_quantile
     ao = [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]]
     encoder = [[0.1, 0.1, 0.1], [0.4, 0.5, 0.45]]  # at the most steps log ratios ln 2, ln 2.5, ln 2.25
@@ -220,42 +225,46 @@ def test_the_timing_claims_have_a_t_interval_over_the_repeats():
 
 
 def test_generation_time_is_measured_again_for_a_file_without_repeats(tmp_path, monkeypatch):
-    import findings
-    p = findings.PRESETS['smoke']
+    from experiments import generation
+    from experiments.generation import generation_times
+    from experiments.presets import PRESETS
+    p = PRESETS['smoke']
     path = tmp_path / 'generation_time.json'
     path.write_text(json.dumps(dict(block_size=32, steps=[4, 32], lengths=[8, 32], batch_size=2,  # as kept before
                                     seconds={'AO-GPT (KV cache)': [0.1, 0.2], 'encoder MDM': [0.1, 0.4]},
                                     seconds_by_length={'AO-GPT (KV cache)': [1, 1], 'encoder MDM': [2, 8]})))
     timed = timing_file([[0.1, 0.1], [0.2, 0.2]], [[0.1, 0.1], [0.4, 0.5]], [[1, 1], [1, 1]], [[2, 2], [8, 7]])
     calls = []
-    monkeypatch.setattr(findings, 'time_generation', lambda paths, steps, lengths, batch_size, repeats:
+    monkeypatch.setattr(generation, 'time_generation', lambda paths, steps, lengths, batch_size, repeats:
                         calls.append(repeats) or (timed['seconds'], timed['seconds_by_length'], 32))
     folders = {'mixed-s1337': 'm', 'encoder-s1337': 'e'}
-    assert findings.generation_times(p, folders, 1337, str(tmp_path)) == timed and calls == [2]
+    assert generation_times(p, folders, 1337, str(tmp_path)) == timed and calls == [2]
     assert json.loads(path.read_text()) == timed
-    assert findings.generation_times(p, folders, 1337, str(tmp_path)) == timed and calls == [2]  # kept now
+    assert generation_times(p, folders, 1337, str(tmp_path)) == timed and calls == [2]  # kept now
 
 
-def started_sweep(findings, out):
+def started_sweep(out):
     """The smoke preset's l2r sweep in out/runs as findings.py starts it: each run's args.json written by
     run_jobs itself, its training a no-op. Returns [(name, flags)]."""
-    p = findings.PRESETS['smoke']
-    runs = list(findings.sweep_runs(p, ['l2r']).items())
-    jobs = [findings.train_job(name, p, flags, str(out / 'runs' / name)) for name, flags in runs]
+    from experiments.jobs import Job, run_jobs, train_job
+    from experiments.presets import PRESETS
+    from experiments.sweep import sweep_runs
+    p = PRESETS['smoke']
+    runs = list(sweep_runs(p, ['l2r']).items())
+    jobs = [train_job(name, p, flags, str(out / 'runs' / name)) for name, flags in runs]
     (no_op := out.parent / 'no_op.py').write_text('')
-    findings.run_jobs([findings.Job(job.name, [str(no_op)], job.log, False, job.settings) for job in jobs],
-                      1, 0)
+    run_jobs([Job(job.name, [str(no_op)], job.log, False, job.settings) for job in jobs], 1, 0)
     return runs
 
 
 def test_each_job_runs_on_the_threads_it_is_given(tmp_path):
     """run_jobs' threads reach torch in each job, as OMP_NUM_THREADS reaches a new interpreter, though the process
     it is forked from imported torch under other settings (the tests' workers: one thread)."""
-    import findings
+    from experiments.jobs import Job, run_jobs
     (script := tmp_path / 'threads.py').write_text('import torch; print(torch.get_num_threads())')
     for threads in (2, 3):
         log = tmp_path / f'{threads}.log'
-        findings.run_jobs([findings.Job('threads', [str(script)], str(log), False)], 1, threads)
+        run_jobs([Job('threads', [str(script)], str(log), False)], 1, threads)
         assert log.read_text().split() == [str(threads)]
 
 
@@ -280,24 +289,24 @@ def test_run_python_is_a_new_interpreter(tmp_path, monkeypatch, methods):
 
 
 def test_a_copied_or_renamed_folder_holds_the_same_runs(tmp_path):
-    import findings
-    p = findings.PRESETS['smoke']
-    runs = started_sweep(findings, tmp_path / 'first')
+    from experiments.jobs import train_job
+    from experiments.presets import PRESETS
+    p = PRESETS['smoke']
+    runs = started_sweep(tmp_path / 'first')
     shutil.copytree(tmp_path / 'first', tmp_path / 'copy')
     (tmp_path / 'first').rename(tmp_path / 'renamed')
     for out in ('copy', 'renamed'):
         for name, flags in runs:
             folder = tmp_path / out / 'runs' / name
             assert str(tmp_path) not in (folder / 'args.json').read_text()  # settings, not paths
-            findings.train_job(name, p, flags, str(folder))  # accepted
+            train_job(name, p, flags, str(folder))  # accepted
     with pytest.raises(SystemExit) as stop:  # while other settings are still refused
-        findings.train_job(runs[0][0], p, runs[0][1] | dict(seed=1), str(tmp_path / 'copy' / 'runs' / runs[0][0]))
+        train_job(runs[0][0], p, runs[0][1] | dict(seed=1), str(tmp_path / 'copy' / 'runs' / runs[0][0]))
     says(str(stop.value.code), 'holds a run with other settings')
 
 
 def test_a_cut_args_json_is_one_line(tmp_path, workdir):
-    import findings
-    name = started_sweep(findings, tmp_path)[0][0]
+    name = started_sweep(tmp_path)[0][0]
     args = tmp_path / 'runs' / name / 'args.json'
     args.write_text(args.read_text()[:20])  # as a kill mid-write would leave it
     says(one_line_error('findings.py', '--preset=smoke', f'--out_dir={tmp_path}', '--only=2', '--dry_run', cwd=workdir),
@@ -424,14 +433,14 @@ def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
          'not JSON', 'delete the run folder')
     no_markers = tmp_path / 'README.md'
     no_markers.write_text('# a readme\n')
-    from findings import write_readme
+    from experiments.pipeline import write_readme
     with pytest.raises(SystemExit) as stop:
         write_readme(str(no_markers), str(out), [], {})
     says(str(stop.value.code), 'findings:start', 'markers')
 
 
 def test_a_claim_on_a_run_that_did_not_learn_is_not_judged():
-    from findings import NOT_JUDGED, claim, comparable
+    from experiments.measure import NOT_JUDGED, claim, comparable
     from report import Interval
     interval = Interval(effect=0.5, low=0.3, high=0.7, n='3 vs 3 seeds', method='Welch')
     judged = claim('x', {}, interval)
@@ -472,14 +481,16 @@ def test_line_figure_draws_the_curves_bands_and_lines(tmp_path):
 # finding orders
 
 def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
-    import findings
-    p, seeds = findings.PRESETS['cpu'], [1337, 1, 2]
+    from experiments.orders import evaluations, order_runs
+    from experiments.presets import PRESETS
+    from experiments.sweep import run_flags
+    p, seeds = PRESETS['cpu'], [1337, 1, 2]
     point = dict(learning_rate=3e-3, gate_init=1.0, position_encoding='rotary')
     chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
               (('mixed', 3e-3), ('l2r', 1e-2), ('encoder', 3e-3))}
-    runs = findings.order_runs(p, chosen, seeds)
+    runs = order_runs(p, chosen, seeds)
     assert len(runs) == 7 * 3 + 2 * 2 + 3 * 3  # the arms, the longer pair, three arms on the second corpus
-    base = findings.run_flags(p, 'mixed', chosen['mixed'][0], 2) | dict(eval_gaps='span:4,span:16')
+    base = run_flags(p, 'mixed', chosen['mixed'][0], 2) | dict(eval_gaps='span:4,span:16')
     assert runs['orders-paper-s2'] == base and base['random_ratio'] == 0.9
     assert runs['orders-l2r50-s2'] == base | dict(random_ratio=0.5)
     assert runs['orders-curriculum-s2'] == base | dict(order_curriculum=1000)
@@ -493,7 +504,7 @@ def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
         assert runs[f'orders-{arm}-wikitext2_char-s2'] == runs[f'orders-{arm}-s2'] | dict(dataset='wikitext2_char')
     assert list(runs)[0] == 'orders-gpt-s1337'  # the scorer first
     folders = {name: f'runs/{name}' for name in runs}
-    jobs = findings.order_eval_jobs(p, seeds, folders)
+    jobs = evaluations(p, seeds, folders)
     gen = [job for job in jobs if job.name.startswith('gen-ppl')]
     assert len(gen) == 7 * 3 + 3 * 3
     scorer = lambda job: 'runs/orders-gpt-wikitext2_char-s1337' if 'wikitext2_char' in job.name else \
@@ -510,17 +521,17 @@ def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
 
 
 def test_a_job_starts_only_after_the_training_it_needs(tmp_path):
-    import findings
+    from experiments.jobs import Job, run_jobs
     stamp = 'import sys, time; open(sys.argv[1], "a").write(sys.argv[2] + " %f\\n" % time.time()); time.sleep(0.3)'
     script = tmp_path / 'stamp.py'
     script.write_text(stamp)
     log = tmp_path / 'order.txt'
     folder = str(tmp_path / 'run')
-    job = lambda name, needs=(), settings=None: findings.Job(
+    job = lambda name, needs=(), settings=None: Job(
         name, [str(script), str(log), name], str(tmp_path / (name + '.log')) if settings is None else
         os.path.join(folder, 'train.log'), False, settings, tuple(needs))
     # the evaluation first in the list, as findings.py lists them: it still waits for its run
-    ran = findings.run_jobs([job('eval', [folder]), job('other'), job('train', settings={})], 2, 1)
+    ran = run_jobs([job('eval', [folder]), job('other'), job('train', settings={})], 2, 1)
     order = [line.split()[0] for line in log.read_text().splitlines()]
     assert ran == 3 and order.index('train') < order.index('eval')
 
@@ -543,8 +554,11 @@ def write_arm(runs, name, l2r, ao, gap_both, gap_left, nll, column='gap_l2r'):
 def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: the tax, the gaps against the GPT's left side, the FIM GPT, the
     any-order cost, the samples and the longer pair's tax come out as built."""
-    import findings
-    smoke = findings.PRESETS['smoke']
+    from experiments.measure import Measured, NOT_JUDGED
+    from experiments.orders import ORDER_ARMS, finding_orders, order_run
+    from experiments.presets import PRESETS
+    from experiments.registry import RUN_LOSSES
+    smoke = PRESETS['smoke']
     second = dict(dataset='prose', arms=('gpt', 'paper', 'fim-mix'))
     p, seeds = smoke | dict(orders=smoke['orders'] | dict(second=second)), [1337, 1]
     runs, folders = tmp_path / 'runs', {}
@@ -556,27 +570,27 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
             'fim-gpt': (1.65, 2.6, 1.35, 1.6, 2.5), 'encoder': (2.4, 2.3, 1.7, 9.0, 3.5)}
     for arm, numbers in arms.items():
         for i, s in enumerate(seeds):
-            name = findings.order_run(arm, s)
+            name = order_run(arm, s)
             folders[name] = write_arm(runs, name, *(v + 0.02 * i for v in numbers),
                                       column='revealed' if arm == 'encoder' else 'gap_l2r')
     for i, s in enumerate(seeds):  # the longer pair: a tax of 0.2 (at the preset's iterations: 0.4)
         for arm, l2r in (('paper', 1.7), ('gpt', 1.5)):
-            name = findings.order_run(arm, s, 2)
+            name = order_run(arm, s, 2)
             folders[name] = write_arm(runs, name, l2r + 0.01 * i, 2.0, 1.5, 1.5, 2.0)
     # the second corpus: the FIM mix's tax 0.3 (0.35 above), its gaps 0.1 worse than the GPT's left side
     for arm, numbers in (('gpt', (1.2, 4.0, 3.0, 1.1, 1.3)), ('paper', (1.7, 1.9, 1.5, 1.8, 2.9)),
                          ('fim-mix', (1.5, 1.92, 1.2, 1.8, 2.8))):
         for i, s in enumerate(seeds):
-            name = findings.order_run(arm, s, corpus='prose')
+            name = order_run(arm, s, corpus='prose')
             folders[name] = write_arm(runs, name, *(v + 0.02 * i for v in numbers))
-    m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
-    figures, claims = findings.finding_orders(m, p)
+    m = Measured(folders, str(tmp_path), seeds, unigram=4.2, run_losses=RUN_LOSSES)
+    figures, claims = finding_orders(m, p)
     assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
     assert 'ours_orders_prose.png' in figures and len(figures) == 6
     effect = lambda start, arm: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
-                                     if c['claim'].startswith(start.format(arm=findings.ORDER_ARMS[arm][0])))
+                                     if c['claim'].startswith(start.format(arm=ORDER_ARMS[arm][0])))
     verdict = lambda start, arm: next(c['verdict'] for c in claims
-                                      if c['claim'].startswith(start.format(arm=findings.ORDER_ARMS[arm][0])))
+                                      if c['claim'].startswith(start.format(arm=ORDER_ARMS[arm][0])))
     tax = '(Ours) {arm} reads left to right within'
     assert effect(tax, 'paper') == pytest.approx(0.4) and verdict(tax, 'paper') == 'does not hold'
     assert effect(tax, 'fim-gpt') == pytest.approx(0.05)
@@ -595,16 +609,16 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     longer = claims[-1]
     assert longer['claim'].startswith('(Ours) The any-order tax shrinks with training')
     assert longer['numbers']['effect [95% interval] (n)'].effect == pytest.approx(0.2)
-    stuck = findings.Measured(folders, str(tmp_path), seeds, unigram=2.3)  # the encoder's NELBO is at the unigram
-    claims = findings.finding_orders(stuck, p)[1]
-    assert all(c['verdict'] == findings.NOT_JUDGED for c in claims if findings.ORDER_ARMS['encoder'][0] in c['claim'])
+    stuck = Measured(folders, str(tmp_path), seeds, unigram=2.3, run_losses=RUN_LOSSES)  # the encoder's NELBO is at the unigram
+    claims = finding_orders(stuck, p)[1]
+    assert all(c['verdict'] == NOT_JUDGED for c in claims if ORDER_ARMS['encoder'][0] in c['claim'])
     # the FIM GPT learned: it is judged by its left-to-right loss (1.65), not by the any-order loss it never trained
-    fim_gpt = [c for c in claims if c['claim'].startswith('(Ours) ' + findings.ORDER_ARMS['fim-gpt'][0])]
-    assert len(fim_gpt) == 6 and all(c['verdict'] != findings.NOT_JUDGED for c in fim_gpt)
+    fim_gpt = [c for c in claims if c['claim'].startswith('(Ours) ' + ORDER_ARMS['fim-gpt'][0])]
+    assert len(fim_gpt) == 6 and all(c['verdict'] != NOT_JUDGED for c in fim_gpt)
     # each corpus's runs judged against the unigram entropy of its own text: the second's runs at theirs (1.3)
     other = {name: 1.3 for name in folders if 'prose' in name}
-    claims = findings.finding_orders(findings.Measured(folders, str(tmp_path), seeds, 9.0, other), p)[1]
-    assert [c['claim'].startswith('(Ours, on prose)') for c in claims if c['verdict'] == findings.NOT_JUDGED] == \
+    claims = finding_orders(Measured(folders, str(tmp_path), seeds, 9.0, other, RUN_LOSSES), p)[1]
+    assert [c['claim'].startswith('(Ours, on prose)') for c in claims if c['verdict'] == NOT_JUDGED] == \
         [True] * 8 and len(claims) > 8
 
 
@@ -614,8 +628,9 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
 ADAPT_RATES = {'half-staged': 1e-3, 'half-plain': 3e-4, 'cheap': 3e-3}
 
 
-def adapt_plan(findings):
-    p, seeds = findings.PRESETS['cpu'], [1337, 1, 2]
+def adapt_plan():
+    from experiments.presets import PRESETS
+    p, seeds = PRESETS['cpu'], [1337, 1, 2]
     point = dict(learning_rate=3e-3, gate_init=1.0, position_encoding='rotary')
     chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
               (('mixed', 3e-3), ('l2r', 1e-2), ('encoder', 3e-3))}
@@ -623,12 +638,14 @@ def adapt_plan(findings):
 
 
 def test_the_adaptations_start_from_their_parents_checkpoints():
-    import findings
-    p, seeds, chosen = adapt_plan(findings)
-    runs = findings.adapt_runs(p, chosen, seeds, ADAPT_RATES)
+    from experiments.adapt import ADAPT_DRAWS, adapt_runs
+    from experiments.jobs import train_job
+    from experiments.orders import order_runs
+    p, seeds, chosen = adapt_plan()
+    runs = adapt_runs(p, chosen, seeds, ADAPT_RATES)
     # each corpus: the GPT, the FIM mix, two parents and three adaptations a seed; the larger size: 4 runs a seed, 2 seeds
     assert len(runs) == 2 * 3 * 7 + 2 * 4
-    orders = findings.order_runs(p, chosen, seeds)
+    orders = order_runs(p, chosen, seeds)
     for corpus in ('', '-wikitext2_char'):  # finding orders' runs, not trained again
         assert {f'orders-{arm}{corpus}-s{s}' for arm in ('gpt', 'fim-mix') for s in seeds} <= runs.keys()
         assert all(runs[name] == orders[name] for name in runs if name.startswith('orders-'))
@@ -645,7 +662,7 @@ def test_the_adaptations_start_from_their_parents_checkpoints():
             'init_from'}  # what an adaptation may set afresh: the model is its parent's
     for child in (staged, plain, cheap):
         assert {k: v for k, v in child.items() if k not in free} == {k: v for k, v in parent.items() if k not in free}
-        assert child['order'] == 'mixed' and child['seed'] == 2 + findings.ADAPT_DRAWS
+        assert child['order'] == 'mixed' and child['seed'] == 2 + ADAPT_DRAWS
         assert not {'random_ratio', 'order_curriculum'} & child.keys()
     assert plain['learning_rate'] == 3e-4 and plain['min_lr'] == pytest.approx(3e-5)
     wide = runs['adapt-half-staged-w256-s1']
@@ -654,26 +671,29 @@ def test_the_adaptations_start_from_their_parents_checkpoints():
     assert not any('w256' in name and name.endswith('-s2') for name in runs)  # the larger size: 2 seeds
     assert runs['adapt-cheap-wikitext2_char-s1'] == runs['adapt-cheap-s1'] | dict(
         dataset='wikitext2_char', init_from='adapt-parent-3q-wikitext2_char-s1')
-    job = findings.train_job('adapt-cheap-s1', p, runs['adapt-cheap-s1'], '/r/runs/adapt-cheap-s1')
+    job = train_job('adapt-cheap-s1', p, runs['adapt-cheap-s1'], '/r/runs/adapt-cheap-s1')
     assert job.argv[-1] == '--init_from=/r/runs/adapt-parent-3q-s1/ckpt.pt' and job.needs == ('/r/runs/adapt-parent-3q-s1',)
     assert not any(arg.startswith('--init_from=adapt') for arg in job.argv)
     assert job.settings['init_from'] == 'adapt-parent-3q-s1'  # a run's name, not a path: a moved folder is the same run
 
 
 def test_the_adaptations_first_seed_is_its_sweeps_choice_and_both_findings_share_their_runs():
-    import findings
-    p, seeds, chosen = adapt_plan(findings)
-    sweep = findings.adapt_sweep_runs(p, chosen)
+    from experiments.adapt import adapt_sweep_runs
+    from experiments import adapt
+    from experiments.pipeline import evaluation_jobs, seed_runs
+    from experiments.sweep import sweep_runs
+    p, seeds, chosen = adapt_plan()
+    sweep = adapt_sweep_runs(p, chosen)
     assert list(sweep)[:2] == ['adapt-parent-half-s1337', 'adapt-parent-3q-s1337']
     assert len(sweep) == 2 + 3 * len(p['adapt']['grid'])
     assert sweep['adapt-sweep-cheap-lr0.0003']['learning_rate'] == 3e-4
-    planned = findings.sweep_runs(p, ['mixed', 'encoder', 'l2r']) | sweep
-    runs = findings.seed_runs(p, ['orders', 'adapt'], seeds, chosen, planned, adapt_rates=ADAPT_RATES)
+    planned = sweep_runs(p, ['mixed', 'encoder', 'l2r']) | sweep
+    runs = seed_runs(p, ['orders', 'adapt'], seeds, chosen, planned, {'adapt': ADAPT_RATES})
     assert runs['adapt-half-staged-s1337'] == 'adapt-sweep-half-staged-lr0.001'
     assert runs['adapt-parent-half-s1337'] == 'adapt-parent-half-s1337'  # trained with the sweep: not planned again
     assert isinstance(runs['adapt-parent-half-s1'], dict) and isinstance(runs['orders-fim-mix-s1'], dict)
     folders = {name: f'runs/{flags if isinstance(flags, str) else name}' for name, flags in runs.items()}
-    jobs = findings.order_eval_jobs(p, seeds, folders, ['orders', 'adapt'])
+    jobs = evaluation_jobs(['orders', 'adapt'], p, seeds, folders)
     assert len({job.log for job in jobs}) == len(jobs)  # a run of both findings evaluated once
     gen = {job.name.split()[1]: job for job in jobs if job.name.startswith('gen-ppl')}
     gaps = {job.name.split()[1] for job in jobs if job.name.startswith('gaps')}
@@ -682,45 +702,49 @@ def test_the_adaptations_first_seed_is_its_sweeps_choice_and_both_findings_share
     assert '--out_dir=runs/adapt-sweep-half-staged-lr0.001' in gen['adapt-half-staged-s1337'].argv
     assert '--scorer=runs/orders-gpt-s1337/ckpt.pt' in gen['adapt-half-staged-w256-s1'].argv  # one scorer a corpus
     assert '--order=l2r' in gen['adapt-gpt-w256-s1'].argv and '--order=l2r' not in gen['adapt-cheap-s1'].argv
-    alone = findings.seed_runs(p, ['adapt'], seeds, chosen, planned, adapt_rates=ADAPT_RATES)
+    alone = seed_runs(p, ['adapt'], seeds, chosen, planned, {'adapt': ADAPT_RATES})
     folders = {name: f'runs/{flags if isinstance(flags, str) else name}' for name, flags in alone.items()}
-    assert len(findings.order_eval_jobs(p, seeds, folders, ['adapt'])) == 2 * (2 * 3 * 5 + 2 * 3)  # gaps, samples
+    assert len(adapt.evaluations(p, seeds, folders)) == 2 * (2 * 3 * 5 + 2 * 3)  # gaps, samples
 
 
 def test_dry_run_lists_the_adapt_runs(capsys):
-    import findings
-    p, seeds, _ = adapt_plan(findings)
-    findings.dry_plan(p, ['adapt'], seeds, ['mixed', 'l2r'], 8)
+    from experiments.pipeline import dry_plan
+    p, seeds, _ = adapt_plan()
+    dry_plan(p, ['adapt'], seeds, ['mixed', 'l2r'], 8)
     out = capsys.readouterr().out
     assert "finding adapt's GPT parents and its sweep of the adaptations' learning rates, 14 runs" in out
     assert 'then 45 runs with the settings the sweeps choose' in out and '67 training runs in all' in out
 
 
 def test_a_finished_run_whose_checkpoint_is_gone_trains_again_for_the_job_that_reads_it(tmp_path):
-    import findings
-    p = findings.PRESETS['smoke']
+    from experiments.jobs import script_job, train_job, with_checkpoints
+    from experiments.presets import PRESETS
+    p = PRESETS['smoke']
     flags = dict(max_iters=30, seed=1)
     for name in ('parent', 'child'):  # both trained, as a committed run folder keeps them: no ckpt.pt
         (tmp_path / name).mkdir()
         (tmp_path / name / 'metrics.jsonl').write_text(json.dumps(dict(iter=30)) + '\n')
-    parent = findings.train_job('parent', p, flags, str(tmp_path / 'parent'))
-    child = findings.train_job('child', p, flags | dict(init_from='parent'), str(tmp_path / 'child'))
-    evaluation = findings.script_job('gaps child', 'eval_ppl.py', {}, str(tmp_path / 'child' / 'gaps.json'),
+    parent = train_job('parent', p, flags, str(tmp_path / 'parent'))
+    child = train_job('child', p, flags | dict(init_from='parent'), str(tmp_path / 'child'))
+    evaluation = script_job('gaps child', 'eval_ppl.py', {}, str(tmp_path / 'child' / 'gaps.json'),
                                      needs=[str(tmp_path / 'child')])
     assert parent.done and child.done and not evaluation.done
-    jobs = findings.with_checkpoints([evaluation], earlier=[parent, child])
+    jobs = with_checkpoints([evaluation], earlier=[parent, child])
     assert [job.name for job in jobs] == ['train parent again (a job reads its checkpoint, which is gone)',
                                           'train child again (a job reads its checkpoint, which is gone)', 'gaps child']
     assert not any(job.done for job in jobs) and '--init_from=resume' not in jobs[1].argv
     (tmp_path / 'child' / 'ckpt.pt').write_bytes(b'')
-    assert findings.with_checkpoints([evaluation], earlier=[parent, child]) == [evaluation]
+    assert with_checkpoints([evaluation], earlier=[parent, child]) == [evaluation]
 
 
 def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: each adaptation's tax, gaps at each span, any-order cost, its rate chosen
     by its sweep, the larger size's tax, on both corpora; the losses over the budget follow each adaptation's parent."""
-    import findings
-    smoke = findings.PRESETS['smoke']
+    from experiments.adapt import ADAPTATIONS, ADAPT_ARMS, adapt_point, adapt_run, finding_adapt
+    from experiments.measure import Measured, evaluations
+    from experiments.presets import PRESETS
+    from experiments.registry import RUN_LOSSES
+    smoke = PRESETS['smoke']
     p = smoke | dict(orders=smoke['orders'] | dict(second=dict(dataset='prose', arms=('gpt', 'paper', 'fim-mix'))),
                      adapt=smoke['adapt'] | dict(grid=(1e-3, 1e-2)))
     seeds, runs, folders = [1337, 1], tmp_path / 'runs', {}
@@ -733,24 +757,24 @@ def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
     for corpus, size, by_arm in (('', '', arms), ('prose', '', arms), ('', 'w64', larger)):
         for i, s in enumerate(seeds):
             for arm, numbers in by_arm.items():
-                name = findings.adapt_run(arm, s, corpus, size)
+                name = adapt_run(arm, s, corpus, size)
                 folders[name] = write_arm(runs, name, *(v + 0.02 * i for v in numbers))
-                if arm in findings.ADAPTATIONS:
-                    parent = findings.adapt_run('parent-' + findings.ADAPTATIONS[arm][0], s, corpus, size)
+                if arm in ADAPTATIONS:
+                    parent = adapt_run('parent-' + ADAPTATIONS[arm][0], s, corpus, size)
                     (runs / name / 'args.json').write_text(json.dumps(dict(init_from=parent)))
                     if not (runs / parent).exists():
                         write_arm(runs, parent, 1.9, 3.5, 3.0, 2.0, 2.0)
-    for arm in findings.ADAPTATIONS:  # the sweep: 1e-3 wins for the cheap arm only (0.9 any order + 0.1 l2r)
+    for arm in ADAPTATIONS:  # the sweep: 1e-3 wins for the cheap arm only (0.9 any order + 0.1 l2r)
         for lr, ao in ((1e-3, 2.0 if arm == 'cheap' else 2.4), (1e-2, 2.2)):
-            (runs / findings.adapt_point(arm, lr)).mkdir()
-            (runs / findings.adapt_point(arm, lr) / 'metrics.jsonl').write_text(
+            (runs / adapt_point(arm, lr)).mkdir()
+            (runs / adapt_point(arm, lr) / 'metrics.jsonl').write_text(
                 json.dumps(dict(iter=15, val_ao=ao, val_l2r=2.0)) + '\n')
-    m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
-    figures, claims = findings.finding_adapt(m, p, str(runs))
+    m = Measured(folders, str(tmp_path), seeds, unigram=4.2, run_losses=RUN_LOSSES)
+    figures, claims = finding_adapt(m, p, str(runs))
     assert figures == ['ours_adapt.png', 'ours_adapt_budget.png', 'ours_adapt_prose.png', 'ours_adapt_budget_prose.png']
     assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
     assert len(claims) == 2 * 3 * (1 + 2 + 1) + 1  # each corpus: each adaptation's tax, gaps at spans 1 and 4, cost
-    label = lambda arm: findings.ADAPT_ARMS[arm][0]
+    label = lambda arm: ADAPT_ARMS[arm][0]
     effect = lambda start: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
                                 if c['claim'].startswith(start))
     assert effect(f'(Ours) {label("half-staged")} (adapted at learning rate 0.01,') == pytest.approx(0.1)
@@ -768,7 +792,7 @@ def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
     assert first[f'{label("cheap")}: learning rate 0.001, final val loss in the mixed objective'] == pytest.approx(2.0)
     # the losses over the budget: the parent's evaluations (iterations 0, 30), then its adaptation's from the parent's
     # last (its first evaluation: the parent's weights)
-    assert findings.evaluations(folders['adapt-cheap-s1'], 'val_ao') == pytest.approx(
+    assert evaluations(folders['adapt-cheap-s1'], 'val_ao') == pytest.approx(
         {0: 3.5 + 1, 30: 2.42 + 1, 60: 2.42 + 1 / 31})
 
 
@@ -807,29 +831,36 @@ def test_smoke_adapt_end_to_end(smoke_adapt_streams):
 
 
 def test_the_stream_arms_are_the_fim_mix_with_their_target_settings():
-    import findings
-    p, seeds, chosen = adapt_plan(findings)
-    runs = findings.stream_runs(p, chosen, seeds)
-    fim = findings.order_flags(p, chosen, 'fim-mix', 1)
-    assert runs['orders-fim-mix-s1'] == fim and runs['orders-gpt-s1'] == findings.order_flags(p, chosen, 'gpt', 1)
+    from experiments.orders import ORDER_ARMS, order_flags
+    from experiments.pipeline import seed_runs
+    from experiments.readings import arm_of
+    from experiments.streams import STREAM_ARMS, stream_runs
+    p, seeds, chosen = adapt_plan()
+    runs = stream_runs(p, chosen, seeds)
+    fim = order_flags(p, chosen, 'fim-mix', 1)
+    assert runs['orders-fim-mix-s1'] == fim and runs['orders-gpt-s1'] == order_flags(p, chosen, 'gpt', 1)
     assert runs['streams-two-s1'] == fim | dict(target_injection='two_stream')
     assert runs['streams-two-half-s1'] == fim | dict(target_injection='two_stream', max_iters=1000, lr_decay_iters=1000)
     assert runs['streams-queries-s1'] == fim | dict(target_injection='queries', position_encoding='rotary')
     assert runs['streams-two-wikitext2_char-s2'] == runs['streams-two-s2'] | dict(dataset='wikitext2_char')
     assert 'orders-fim-mix-wikitext2_char-s2' in runs and 'streams-queries-wikitext2_char-s2' not in runs
     assert len(runs) == 3 * (5 + 3)  # a seed: every arm on the play, the GPT, the FIM mix and two streams on prose
-    both = findings.seed_runs(p, ['orders', 'streams'], seeds, chosen, {})
-    assert len(both) == len(findings.seed_runs(p, ['orders'], seeds, chosen, {})) + 3 * 4  # finding orders' shared
-    assert [findings.order_arm(n) for n in ('streams-two-half-s1', 'streams-two-wikitext2_char-s2',
-                                            'orders-fim-mix-s1')] == ['two-half', 'two', 'fim-mix']
+    both = seed_runs(p, ['orders', 'streams'], seeds, chosen, {})
+    assert len(both) == len(seed_runs(p, ['orders'], seeds, chosen, {})) + 3 * 4  # finding orders' shared
+    tables = {'streams-two-half-s1': STREAM_ARMS, 'streams-two-wikitext2_char-s2': STREAM_ARMS,
+              'orders-fim-mix-s1': ORDER_ARMS}
+    assert [arm_of(name, arms) for name, arms in tables.items()] == ['two-half', 'two', 'fim-mix']
 
 
 def test_the_streams_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: each arm's any-order gain and 4-token gap gain over the single stream, its
     gaps against the GPT's left side, its tax, on both corpora; the numbers carry each arm's ms a sampled
     token."""
-    import findings
-    smoke = findings.PRESETS['smoke']
+    from experiments.measure import Measured
+    from experiments.presets import PRESETS
+    from experiments.registry import RUN_LOSSES
+    from experiments.streams import STREAM_ARMS, finding_streams, stream_run
+    smoke = PRESETS['smoke']
     p = smoke | dict(orders=smoke['orders'] | dict(second=dict(dataset='prose', arms=('gpt', 'fim-mix'))),
                      streams=dict(second_arms=('gpt', 'fim-mix', 'two')))
     seeds, runs, folders = [1337, 1], tmp_path / 'runs', {}
@@ -839,14 +870,14 @@ def test_the_streams_claims_read_each_arms_numbers(tmp_path):
     for corpus, names in (('', arms), ('prose', ('gpt', 'fim-mix', 'two'))):
         for i, s in enumerate(seeds):
             for arm in names:
-                name = findings.stream_run(arm, s, corpus)
+                name = stream_run(arm, s, corpus)
                 folders[name] = write_arm(runs, name, *(v + 0.02 * i + (0.1 if corpus else 0) for v in arms[arm]))
-    m = findings.Measured(folders, str(tmp_path), seeds, unigram=4.2)
-    figures, claims = findings.finding_streams(m, p)
+    m = Measured(folders, str(tmp_path), seeds, unigram=4.2, run_losses=RUN_LOSSES)
+    figures, claims = finding_streams(m, p)
     assert figures == ['ours_streams.png', 'ours_streams_prose.png']
     assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
     assert len(claims) == 4 * (3 + 1)  # each arm but the GPT and the single stream: any order, 4-token gaps, GPT, tax
-    label = lambda arm: findings.STREAM_ARMS[arm][0]
+    label = lambda arm: STREAM_ARMS[arm][0]
     effect = lambda start: next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
                                 if c['claim'].startswith(start))
     assert effect(f'(Ours) {label("two")} ends with a lower any-order loss') == pytest.approx(0.1)

@@ -9,7 +9,7 @@ import torch
 
 from checkpoints import load_checkpoint
 from conftest import GPT2_RUN as RUN, ROOT, metrics, run_here, save_gpt2, stored_checkpoint, train
-from experiments import FIM_MIX
+from experiments.orders import FIM_MIX
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

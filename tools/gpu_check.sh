@@ -117,7 +117,7 @@ print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU: ' 
 # for each: they depend on the seed and the iteration only): the GPT, the paper's mix and finding orders' FIM mix,
 # trained side by side on the one GPU (their compiles overlap), then each one's gap NLL (eval_ppl.py --gaps, both
 # sides and the left only) on the val chunks, its gaps.json brought back in $OUT
-FIM_MIX=$(python3 -c 'from experiments import FIM_MIX; print(FIM_MIX)')
+FIM_MIX=$(python3 -c 'from experiments.orders import FIM_MIX; print(FIM_MIX)')
 TAX_ARMS="gpt:--order=l2r paper:--order=mixed fim-mix:--order_mix=$FIM_MIX"
 side_by_side() {  # side_by_side LOG COMMAND...: COMMAND for each arm at once, @ARM@ in it read as the arm's name and
                   # an argument @ORDER@ as its order flag, each one's output in $WORK/tax-<arm>.LOG; the end of each
