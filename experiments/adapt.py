@@ -67,6 +67,7 @@ def adapt_settings(p, seed_list):
     return [(corpus, '', seed_list, arms) for corpus in [''] + second] + \
         [('', larger['tag'], seed_list[:larger['seeds']], list(larger['arms']))]
 
+
 def adapt_run(arm, seed, corpus='', size=''):
     """A run's name: finding orders' for its GPT and FIM mix at the preset's size (they are its runs), else
     adapt-<arm>[-<size>][-<corpus>]-s<seed>; a parent's arm is parent-<its name in ADAPT_PARENTS>."""
@@ -74,8 +75,10 @@ def adapt_run(arm, seed, corpus='', size=''):
         return order_run(arm, seed, corpus=corpus)
     return f"adapt-{arm}{f'-{size}' if size else ''}{f'-{corpus}' if corpus else ''}-s{seed}"
 
+
 def adapt_point(arm, lr):
     return f'adapt-sweep-{arm}-lr{lr:g}'
+
 
 def adapt_flags(p, chosen, arm, seed, rates, corpus='', size=''):
     """train.py's flags of one of finding adapt's runs (rates: {adaptation: its learning rate}): finding orders' GPT
@@ -97,6 +100,7 @@ def adapt_flags(p, chosen, arm, seed, rates, corpus='', size=''):
         dict(order='mixed', **orders, learning_rate=lr, min_lr=lr / 10, seed=seed + ADAPT_DRAWS,
              init_from=adapt_run(f'parent-{parent}', seed, corpus, size))
 
+
 def adapt_runs(p, chosen, seed_list, rates):
     """finding adapt's runs, {name: flags}: each setting's arms on its seeds (adapt_settings), each adaptation after
     the parent it starts from (one per share of the budget, seed, corpus and size, shared by its adaptations)."""
@@ -110,6 +114,7 @@ def adapt_runs(p, chosen, seed_list, rates):
                 runs[adapt_run(arm, s, corpus, size)] = adapt_flags(p, chosen, arm, s, rates, corpus, size)
     return runs
 
+
 def adapt_sweep_runs(p, chosen):
     """finding adapt's sweep, {name: flags}: each adaptation at each learning rate of the preset's grid, on the first
     seed and the preset's corpus, after the parents they start from."""
@@ -118,11 +123,13 @@ def adapt_sweep_runs(p, chosen):
     return parents | {adapt_point(arm, lr): adapt_flags(p, chosen, arm, SEEDS[0], {arm: lr})
                       for arm in ADAPTATIONS for lr in p['adapt']['grid']}
 
+
 def adapt_sweep_losses(p, runs_dir):
     """{adaptation: {learning rate: its sweep run's final loss in the mixed kind's objective}}: the rule the FIM mix
     was chosen by."""
     return {arm: {lr: own_loss('mixed', read_metrics(os.path.join(runs_dir, adapt_point(arm, lr)))[-1])
                   for lr in p['adapt']['grid']} for arm in ADAPTATIONS}
+
 
 def choose_adapt(p, runs_dir):
     """{adaptation: the learning rate of its lowest sweep loss}: its sweep run is its first seed."""

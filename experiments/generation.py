@@ -120,6 +120,7 @@ def finding_6(m, timing, gen):
     return ([generation_time(m, timing), time_against_length(m, timing), sample_quality_figure(m, gen)],
             [time_claim(timing), length_claim(timing), steps_claim(m, gen), encoder_claim(m, gen)])
 
+
 def generation_time(m, timing):
     return m.figure('fig4_generation_time.png',
                     f"Generation time against steps, {timing['block_size']} tokens (Fig. 4)", 'steps',
@@ -127,15 +128,18 @@ def generation_time(m, timing):
                     [(label, timing['steps'], times) for label, times in timing['seconds'].items()],
                     logx=True, logy=True)
 
+
 def time_against_length(m, timing):
     return m.figure('fig4_time_vs_length.png', 'Generation time against length, one token per step', 'tokens',
                     f"seconds for {timing['batch_size']} samples (band: the {timing['repeats']} repeats)",
                     [(label, timing['lengths'], times) for label, times in timing['seconds_by_length'].items()],
                     logx=True, logy=True)
 
+
 def log_ratios(seconds, i):
     """log(encoder seconds / AO-GPT seconds) of each repeat at point i (the repeats taken in turn)."""
     return [math.log(e / a) for a, e in zip(seconds['AO-GPT (KV cache)'][i], seconds['encoder MDM'][i])]
+
 
 def time_claim(timing):
     steps, seconds = timing['steps'], timing['seconds']
@@ -147,6 +151,7 @@ def time_claim(timing):
                 f'growth from {steps[0]} to {steps[-1]} steps, encoder': encoder[-1] / encoder[0]}
     return claim(CLAIMS['6 time'].format(steps=steps[-1], block=timing['block_size']), numbers, mean_interval(log_ratios(seconds, -1), 'timing repeats'))
 
+
 def length_claim(timing):
     seconds, lengths = timing['seconds_by_length'], timing['lengths']
     short, long = log_ratios(seconds, 0), log_ratios(seconds, -1)
@@ -154,6 +159,7 @@ def length_claim(timing):
                  {f'encoder / AO-GPT at {n} tokens (geometric mean over repeats)':
                   math.exp(statistics.mean(log_ratios(seconds, i))) for i, n in enumerate(lengths)},
                  mean_interval([b - a for a, b in zip(short, long)], 'timing repeats'))
+
 
 def gen_rows(m, kind):
     """{(temperature, top_p): [rows by steps]} of gen_ppl.py's grid, for each of the kind's seeds."""
@@ -165,6 +171,7 @@ def gen_rows(m, kind):
         out.append(by_setting)
     return out
 
+
 def sample_quality_figure(m, gen):
     series = []
     for kind, label in (('mixed', 'AO-GPT'), ('encoder', 'encoder')):
@@ -174,6 +181,7 @@ def sample_quality_figure(m, gen):
                            [[s[setting][i]['gen_ppl'] for s in seeds] for i in range(len(rows))]))
     return m.figure('table2_sample_quality.png', 'Sample quality against steps (Table 2)', 'steps', 'gen PPL', series,
                     logx=True, logy=True)
+
 
 def steps_claim(m, gen):
     """More steps, better samples: AO-GPT's per-sample log gen PPL at the fewest minus at the most steps."""
@@ -185,6 +193,7 @@ def steps_claim(m, gen):
                                           top_p=setting[1]),
                  {f"steps {r['steps']}: gen PPL, entropy": spread_pair([s[setting][i] for s in gen['mixed']])
                   for i, r in enumerate(rows)}, paired_interval(differences), stuck=m.stuck(m.each('mixed')))
+
 
 def encoder_claim(m, gen):
     """AO-GPT's samples against the encoder's at the most steps and the lowest temperature of the grid."""

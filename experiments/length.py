@@ -41,6 +41,7 @@ CLAIMS = {
 def length_run(label, block_size, seed):
     return f'{label}-block{block_size}-s{seed}'
 
+
 def length_entries(chosen, block, base_block):
     """finding length's models at a block: {label: (kind, point)}. AO-GPT with queries at the target ('mixed': the
     mixed kind's chosen settings, position_encoding 'rotary'), at the longer blocks also each query-only variant
@@ -49,12 +50,15 @@ def length_entries(chosen, block, base_block):
     return ({query_label(pe): ('mixed', at(pe)) for pe in block_queries(block, base_block)} |
             {kind: (kind, chosen[kind][0]) for kind in ('encoder', 'l2r')})
 
+
 def block_queries(block, base_block):
     """AO-GPT's query settings finding length runs at a block: the variants at the longer blocks only."""
     return QUERY_POSITIONS if block != base_block else QUERY_POSITIONS[:1]
 
+
 def query_label(positions):
     return 'mixed' if positions == 'rotary' else f'mixed-{positions}'
+
 
 def block_sweep_runs(p, chosen):
     """finding length, {name: flags}: at each block beyond the preset's own, the learning rate of AO-GPT's entries
@@ -65,8 +69,10 @@ def block_sweep_runs(p, chosen):
             for block, flags in p['lengths'][1:] for kind, point in length_entries(chosen, block, base).values()
             if kind in BLOCK_SWEPT for lr in p['grid']['learning_rate']}
 
+
 def block_point_name(kind, point, block):
     return f'{point_name(kind, point)}-block{block}'
+
 
 def choose_at_blocks(p, chosen, runs_dir):
     """{(label, block): point} of finding length: at the preset's own block the sweep's choice; at a longer one, for
@@ -128,6 +134,7 @@ def context_losses(folder, dataset, block, chunks, per_share, seed=SEEDS[0]):
     os.replace(path + '.tmp', path)
     return result
 
+
 def finding_length(m, lengths, dataset, context):
     """AO-GPT (queries at the target; at the longer blocks also the query-only variants) against the encoder's NELBO
     and the l2r GPT at each block; the any-order loss of AO-GPT and the encoder by the share of the block known and
@@ -173,6 +180,7 @@ def finding_length(m, lengths, dataset, context):
                            [distance_series(f'{labels[kind]}, block {block}', block, rows)
                             for (block, kind), rows in by_context.items()], logx=True)
     return [fig, by_share, by_distance], claims
+
 
 def distance_series(label, block, rows):
     """A figure series of runs' losses by distance: the distances every run has, 'none' drawn at 2 x block."""

@@ -85,6 +85,7 @@ def order_runs(p, chosen, seed_list):
                      for s in seed_list for arm in o['second']['arms']})
     return runs
 
+
 def order_flags(p, chosen, arm, seed):
     """train.py's flags of one of finding orders' arms on a seed."""
     kind, arms = ORDER_ARMS[arm][1], order_arms(p['train']['max_iters'])
@@ -93,9 +94,11 @@ def order_flags(p, chosen, arm, seed):
         del flags['random_ratio']
     return flags | arms[arm]
 
+
 def order_run(arm, seed, times=1, corpus=''):
     """A run's name: its arm, its multiple of the iterations (when not 1), its corpus (when not the preset's)."""
     return f"orders-{arm}{f'-x{times}' if times != 1 else ''}{f'-{corpus}' if corpus else ''}-s{seed}"
+
 
 def order_corpora(p, seed_list):
     """finding orders' [(dataset, {arm: its run names})]: every arm on the preset's corpus, then the arms of its
@@ -106,6 +109,7 @@ def order_corpora(p, seed_list):
         corpora.append((corpus, {arm: [order_run(arm, s, corpus=corpus) for s in seed_list]
                                  for arm in p['orders']['second']['arms']}))
     return corpora
+
 
 def without_random_orders():
     """finding orders' decoder arms trained on no random orders (the GPT, the FIM GPT): they sample left to right,

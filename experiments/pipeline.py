@@ -30,10 +30,12 @@ from report import RULE, number, write_results
 
 
 def check_inputs(preset, only, out_dir, seeds, workers, readme, dry_run):
-    check_settings(dict(preset=preset, workers=workers, seeds=seeds), {'preset': one_of(*PRESETS), 'workers': at_least(0),
-                               'seeds': (lambda v: v == 0 or 2 <= v <= len(SEEDS),
-                                         f"0 (the preset's) or in [2, {len(SEEDS)}]: comparisons between runs need "
-                                         'seeds')})
+    """(the findings --only names, the out_dir), once every setting is checked: one line for a bad one, before any
+    run trains."""
+    check_settings(dict(preset=preset, workers=workers, seeds=seeds),
+                   {'preset': one_of(*PRESETS), 'workers': at_least(0),
+                    'seeds': (lambda v: v == 0 or 2 <= v <= len(SEEDS),
+                              f"0 (the preset's) or in [2, {len(SEEDS)}]: comparisons between runs need seeds")})
     chosen = selected_findings(only, preset)
     if preset == 'gpu' and not torch.cuda.is_available() and not dry_run:
         fail('--preset=gpu needs a CUDA GPU: use --preset=cpu here (or --dry_run to see its jobs)')
@@ -157,6 +159,7 @@ def dry_plan(p, findings, seed_list, kinds, n_sweep):
 
 
 def main(preset, only, out_dir, seeds, workers, readme, dry_run):
+    """findings.py with these settings: the steps above."""
     t0 = time.time()
     findings, out = check_inputs(preset, only, out_dir, seeds, workers, readme, dry_run)
     p = PRESETS[preset]

@@ -62,12 +62,14 @@ def plateau_left(records, unigram):
     unigram entropy, or 'never'."""
     return next((r['iter'] for r in records if r['val_ao'] <= unigram - PLATEAU), 'never')
 
+
 def ours_numbers(m, runs):
     """Our findings' numbers: {setting: run names} -> when each run left the plateau, the final losses."""
     numbers = {f'{pe}, seed {n.rsplit("-s", 1)[1]}: first iteration {PLATEAU} nats below the unigram entropy':
                plateau_left(m.metrics(n), m.unigram) for pe, names in runs.items() for n in names}
     return numbers | {f'final val {reading} loss, {pe}': spread(m.finals(names, key)) for pe, names in runs.items()
                       for reading, key in (('any-order', 'val_ao'), ('left-to-right', 'val_l2r'))}
+
 
 def ours_claim(m, text, a, b, key, numbers=None):
     """Ours: mean(a) - mean(b) of the final val key over runs; judged unless a rotary run (b) did not learn (the
@@ -78,6 +80,7 @@ def ours_claim(m, text, a, b, key, numbers=None):
     return claim(text, numbers, unpaired_interval(m.finals(a, key), m.finals(b, key)),
                  stuck=m.stuck(b))
 
+
 def finding_plateau(m):
     runs = {pe: m.each(f'mixed-{pe}') for pe in POSITIONS}
     fig = m.figure('ours_plateau.png', PLATEAU_FINDING.title, 'iteration', f'{LOSS}, any order',
@@ -87,6 +90,7 @@ def finding_plateau(m):
     return [fig], [
         ours_claim(m, CLAIMS['plateau learned'], runs['learned'], runs['rotary'], 'val_ao', ours_numbers(m, runs)),
         ours_claim(m, CLAIMS['plateau plain'], runs['rotary_plain'], runs['rotary'], 'val_ao')]
+
 
 def finding_long(m, long):
     runs = {pe: [f'mixed-long-{pe}-s{s}' for s in m.seed_list[:2]] for pe in LONG_POSITIONS}

@@ -30,12 +30,15 @@ def inner_spans(m, p, name):
     block = m.read(name, 'gaps.json')['block_size']
     return [L for L in p['infill']['spans'] if L < block]
 
+
 def mean_gaps(m, names, spans, column=None):
     """Each run's NLL per gap token given both sides (or column), averaged over the spans."""
     return [statistics.mean(gap_nll(m, n, L, column) for L in spans) for n in names]
 
+
 def order_steps(p):
     return [int(k) for k in p['orders']['gen']['steps'].split(',')]
+
 
 def sample_nlls(m, names, steps):
     """Each run's mean per-sample NLL at `steps` (gen_orders.json), and its rows there."""
@@ -64,9 +67,11 @@ def trade_off_figure(m, file, title, inner, points):
                           f"gap NLL given both sides (nats/char; mean over spans {', '.join(map(str, inner))})",
                           [(label, m.finals(names, 'val_l2r'), mean_gaps(m, names, inner)) for label, names in points])
 
+
 def corpus_file(file, corpus):
     """A figure's file on a corpus other than the preset's: named after it."""
     return file.replace('.png', f'_{corpus}.png' if corpus else '.png')
+
 
 def corpus_title(text, corpus):
     return f'{text} ({corpus})' if corpus else text

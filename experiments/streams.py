@@ -51,10 +51,12 @@ def stream_run(arm, seed, corpus=''):
         return order_run(arm, seed, corpus=corpus)
     return f"streams-{arm}{f'-{corpus}' if corpus else ''}-s{seed}"
 
+
 def stream_flags(p, chosen, arm, seed, corpus=''):
     """train.py's flags of one of finding streams' runs: finding orders' GPT, or its FIM mix with the arm's own."""
     base = order_flags(p, chosen, 'gpt' if arm == 'gpt' else 'fim-mix', seed)
     return base | stream_arms(p['train']['max_iters'])[arm] | (dict(dataset=corpus) if corpus else {})
+
 
 def stream_settings(p):
     """finding streams' [(corpus, arms)]: every arm on the preset's corpus (''), then its second arms on finding
@@ -62,10 +64,12 @@ def stream_settings(p):
     second = p['orders'].get('second', {}).get('dataset')
     return [('', list(STREAM_ARMS))] + ([(second, list(p['streams']['second_arms']))] if second else [])
 
+
 def stream_corpora(p, seed_list):
     """finding streams' [(dataset, {arm: its run names})], as stream_settings."""
     return [(corpus or p['dataset'], {arm: [stream_run(arm, s, corpus) for s in seed_list] for arm in arms})
             for corpus, arms in stream_settings(p) if arms]
+
 
 def stream_runs(p, chosen, seed_list):
     """finding streams' runs, {name: flags}: each arm of each corpus on every seed."""

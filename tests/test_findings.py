@@ -96,6 +96,17 @@ def test_the_dry_run_plans_the_jobs_it_planned_before_the_split(preset):
         assert dry_run(preset) == json.load(f)[preset]
 
 
+def test_the_script_lists_the_registrys_findings_in_order():
+    """findings.py's docstring names every finding of experiments/registry.py, one a line, in the registry's order."""
+    import ast
+    from conftest import ROOT
+    from experiments.registry import FINDINGS
+    with open(os.path.join(ROOT, 'findings.py')) as f:
+        doc = ast.get_docstring(ast.parse(f.read()))
+    listed = doc.split('The findings, in the order they run')[1].split(':\n', 1)[1]
+    assert [line.split()[0] for line in listed.splitlines() if line.startswith('  ')] == list(FINDINGS)
+
+
 def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
     from experiments.sweep import choose, own_loss, point_name
     p = dict(grid=dict(learning_rate=(1e-2, 3e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')))
@@ -609,7 +620,8 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     longer = claims[-1]
     assert longer['claim'].startswith('(Ours) The any-order tax shrinks with training')
     assert longer['numbers']['effect [95% interval] (n)'].effect == pytest.approx(0.2)
-    stuck = Measured(folders, str(tmp_path), seeds, unigram=2.3, run_losses=RUN_LOSSES)  # the encoder's NELBO is at the unigram
+    # the encoder's NELBO is at the unigram
+    stuck = Measured(folders, str(tmp_path), seeds, unigram=2.3, run_losses=RUN_LOSSES)
     claims = finding_orders(stuck, p)[1]
     assert all(c['verdict'] == NOT_JUDGED for c in claims if ORDER_ARMS['encoder'][0] in c['claim'])
     # the FIM GPT learned: it is judged by its left-to-right loss (1.65), not by the any-order loss it never trained
