@@ -113,33 +113,42 @@ authors_dir = ''  # long: a checkout of the authors' repository (github.com/scxu
 # -----------------------------------------------------------------------------
 
 
+# the benchmarks that read each setting of the rules below: a setting is checked only where --run names one of them
+READ_BY = {'sample_steps': ('sample', 'long', 'arch'), 'speculate_k': ('speculate',), 'speculate_tokens': ('speculate',),
+           'step_tokens': ('step',), 'generate_tokens': ('generate',)}
+
+
 def check_inputs():
     global checkpoint_file
     check_settings(globals(), {
         **dict.fromkeys(['n_layer', 'n_head', 'n_embd', 'cond_dim', 'block_size', 'batch_size', 'vocab_size',
                          'train_steps', 'rounds', 'sample_block_size'], at_least(1)),
         'run': (lambda v: v and set(v.split(',')) <= set(BENCHES), f"a comma list of {', '.join(BENCHES)}"),
+    })
+    runs = set(run.split(','))
+    rules = {
         'sample_steps': (lambda v: all(1 <= count_of(s) <= sample_block_size for s in v.split(',')),
                          f'a comma list of step counts from 1 to sample_block_size ({sample_block_size})'),
         'speculate_k': (lambda v: all(s == 'auto' or count_of(s) for s in v.split(',')),
                         "a comma list of ints >= 1 and 'auto'"),
         'speculate_tokens': at_least(1), 'step_tokens': at_least(1),
-    })
-    if 'generate' in run.split(','):
-        check_settings(globals(), {'generate_tokens': (
-            lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
-            f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a next position take '
-            f'the rest')})
-    parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
-    if 'speculate' in run.split(',') and not (checkpoint or speculate_random):
-        fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
-    if checkpoint and not {'speculate', 'step'} & set(run.split(',')):
+        'generate_tokens': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
+                            f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a next '
+                            f'position take the rest'),
+    }
+    check_settings(globals(), {key: rule for key, rule in rules.items() if runs & set(READ_BY[key])})
+    if 'speculate' in runs:
+        parse_list('speculate_top_p', speculate_top_p, float, TOP_P_RULE)
+        if not (checkpoint or speculate_random):
+            fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
+    if checkpoint and not {'speculate', 'step'} & runs:
         fail(f'--checkpoint is read by --run=speculate and --run=step only, and --run={run}: add one of them to '
              f'--run or drop --checkpoint')
-    parse_list('step_batches', step_batches, int, at_least(1))
+    if 'step' in runs:
+        parse_list('step_batches', step_batches, int, at_least(1))
     if sync_check and not device.startswith('cuda'):
         fail('--sync_check counts what CUDA calls host syncs: it needs --device=cuda')
-    if authors_dir and ('long' not in run.split(',') or sample_block_size != 1024 or cond_dim != 128):
+    if authors_dir and ('long' not in runs or sample_block_size != 1024 or cond_dim != 128):
         fail("--authors_dir times the authors' generate in --run=long, which decodes 1,024 tokens with a 128-wide "
              "target embedding: give --run=long --sample_block_size=1024 --cond_dim=128")
     if authors_dir and not os.path.isfile(os.path.join(authors_dir, 'model_AOGPT_generate.py')):

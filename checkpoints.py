@@ -59,7 +59,8 @@ def checkpoint_path(init_from, out_dir):
                               f'checkpoint file in it ({os.path.join(init_from, "ckpt.pt")})')
     if not os.path.exists(init_from):
         raise CheckpointError(f"checkpoint {init_from} not found (init_from takes 'resume', a path, a model "
-                              f"folder, hf:owner/repo/file or hf:owner/repo)")
+                              f"folder, hf:owner/repo/file or hf:owner/repo; a new run of train.py also GPT-2: "
+                              f"{GPT2_LIST} or a folder that save_pretrained wrote)")
     return init_from
 
 
@@ -249,6 +250,10 @@ def load_folder(folder, device='cpu'):
             config = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f'{path} cannot be read as JSON ({one_line(e)}): export the model again')
+    if is_hf_folder(folder):
+        raise CheckpointError(f"{folder} is a transformers folder of model_type {config['model_type']!r}, not one of "
+                              f"export.py's: a new run of train.py starts from GPT-2's (model_type 'gpt2'), and the "
+                              f"scripts read the folders export.py writes")
     if not isinstance(config, dict) or config.get('format') != FOLDER_FORMAT:
         found = config.get('format') if isinstance(config, dict) else None
         raise CheckpointError(f"{path} is not an AO-GPT model folder's (format {found!r}, expected "
@@ -303,14 +308,16 @@ def reference_state_dict(checkpoint, use_ema=True):
 
 
 GPT2_NAMES = ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl')  # OpenAI's GPT-2 on the Hugging Face Hub
+GPT2_OWNER = 'openai-community/'  # the Hub's names of GPT-2 today put it before GPT2_NAMES (the old ones redirect)
+GPT2_LIST = f"{', '.join(GPT2_NAMES)} (gpt2 is GPT-2 small; also as {GPT2_OWNER}gpt2, ...)"
 GPT2_GELUS = {'gelu_new': 'tanh', 'gelu_pytorch_tanh': 'tanh', 'gelu': 'none'}  # transformers' names -> model.py's
 GPT2_SAVE = "GPT2LMHeadModel.from_pretrained('gpt2').save_pretrained('gpt2-local')"
 
 
 def is_gpt2(init_from):
-    """Whether init_from names OpenAI's GPT-2 (a Hub name of GPT2_NAMES) or a folder that transformers saved a GPT-2
-    in (save_pretrained: config.json's model_type 'gpt2')."""
-    if init_from in GPT2_NAMES:
+    """Whether init_from names OpenAI's GPT-2 (a Hub name of GPT2_NAMES, with or without GPT2_OWNER) or a folder that
+    transformers saved a GPT-2 in (save_pretrained: config.json's model_type 'gpt2')."""
+    if init_from.removeprefix(GPT2_OWNER) in GPT2_NAMES:
         return True
     return os.path.isdir(init_from) and is_hf_folder(init_from) and hf_model_type(init_from) == 'gpt2'
 
@@ -327,6 +334,7 @@ def gpt2_checkpoint(name):
     (so block_size is GPT-2's positions less one), and the target-position embedding starts at zero, where it
     changes nothing. The vocabulary stays GPT-2's: rows padded to 50304 would take probability from its tokens."""
     try:
+        from safetensors import SafetensorError
         from transformers import GPT2LMHeadModel
     except ImportError:
         raise CheckpointError(f'--init_from={name} reads GPT-2 through transformers: pip install transformers')
@@ -335,6 +343,10 @@ def gpt2_checkpoint(name):
     except (OSError, ValueError) as e:  # offline without a cached copy, an unknown name, a folder without weights
         raise CheckpointError(f"could not load GPT-2's weights {name!r} ({one_line(e, 150)}); offline, save them on a "
                               f'machine with the network ({GPT2_SAVE}) and pass that folder: --init_from=gpt2-local')
+    except SafetensorError as e:  # a model.safetensors cut short (a copy or download that stopped) or overwritten
+        raise CheckpointError(f"GPT-2's weights {name!r} cannot be read ({one_line(e, 150)}): the file is cut short "
+                              f'or damaged; save the model again (save_pretrained), or delete a download from the '
+                              f'Hugging Face cache to fetch it again')
     c = hf.config
     config = GPTConfig(block_size=c.n_positions - 1, vocab_size=c.vocab_size, n_layer=c.n_layer, n_head=c.n_head,
                        n_embd=c.n_embd, bias=True, target_injection='add', position_encoding='learned',

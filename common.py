@@ -114,12 +114,12 @@ def hold_freed_memory():
     a 64-step decoding of GPT-2's vocabulary on 2 cores, docs/sampling.md). The cost: the process keeps up to 1 GiB
     of what it freed until it exits. Elsewhere (no glibc) nothing."""
     try:
-        libc = ctypes.CDLL('libc.so.6')
-    except OSError:
+        mallopt = ctypes.CDLL('libc.so.6').mallopt
+    except (OSError, AttributeError):  # no libc.so.6, or one without mallopt (musl's)
         return
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: blocks up to 32 MiB come from the heap
-    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # whose free top it hands back only past 1 GiB (a C int: 4 GiB wraps to 0)
+    mallopt(M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest: blocks up to 32 MiB come from the heap
+    mallopt(M_TRIM_THRESHOLD, 1 << 30)  # whose free top it hands back only past 1 GiB (a C int: 4 GiB wraps to 0)
 
 
 def autocast(device, dtype):
@@ -384,8 +384,18 @@ def parse_list(key, text, cast, rule):
     return values
 
 
-def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]'):
-    """The ids of one sample and which of them are known, from an infill template or a start prefix."""
+def trained_block(model, checkpoint):
+    """The block_size a checkpoint's run trained on where it records one smaller than its model's (a run from GPT-2
+    keeps GPT-2's 1,023 positions at --block_size=128), else the model's: what a sample fills and an evaluation
+    reads by default."""
+    trained = training_record(checkpoint)['config'].get('block_size')
+    block = model.config.block_size
+    return trained if type(trained) is int and 0 < trained < block else block
+
+
+def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]', trained=None):
+    """The ids of one sample and which of them are known, from an infill template or a start prefix. Without
+    max_new_tokens a sample fills the block the model trained on (trained_block; None: block_size)."""
     if infill:
         try:
             ids, known = parse_infill(infill, mask_token, encode)
@@ -404,6 +414,14 @@ def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, 
     prefix = encode(text)
     if len(prefix) >= block_size:
         fail(f'the prompt is {len(prefix)} tokens long and leaves no room in block_size {block_size}')
+    if max_new_tokens is None and trained and trained < block_size:
+        if len(prefix) >= trained:
+            fail(f'the prompt is {len(prefix)} tokens long and leaves no room in the {trained} tokens the checkpoint '
+                 f'was trained on: set --max_new_tokens (its model reads up to {block_size})')
+        if rank() == 0:
+            print(f'note: the checkpoint was trained on blocks of {trained} tokens (its model reads {block_size}): a '
+                  f'sample fills {trained}; --max_new_tokens sets how many tokens it adds')
+        max_new_tokens = trained - len(prefix)
     new = block_size - len(prefix) if max_new_tokens is None else max_new_tokens
     if len(prefix) + new > block_size:
         fail(f'the output would be {len(prefix)} + {new} tokens, longer than block_size {block_size}')

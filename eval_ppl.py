@@ -73,7 +73,7 @@ import torch
 from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
 from checkpoints import checkpoint_tokens, training_record
 from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
-                    is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint)
+                    is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint, trained_block)
 from configurator import configure
 from engine import compile_forward
 from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
@@ -158,16 +158,18 @@ def gap_settings_of(spec, n=None):
 
 
 def load_model(init_from, out_dir, device, use_ema):
-    """(model, its block size, (what its token ids mean, how many), a description for the output, whether it reads
-    left to right only: a Hugging Face model, or a checkpoint that train.py trained with --order=l2r)."""
+    """(model, its block size, the block it trained on (common.trained_block), (what its token ids mean, how many), a
+    description for the output, whether it reads left to right only: a Hugging Face model, or a checkpoint that
+    train.py trained with --order=l2r)."""
     if is_hf_model(init_from):
         model = load_hf_causal_lm(init_from, device)
         positions = getattr(model.config, 'n_positions', None) or model.config.max_position_embeddings
-        return model, positions, ('gpt2', model.config.vocab_size), init_from, True
+        return model, positions, positions, ('gpt2', model.config.vocab_size), init_from, True
     path = find_checkpoint(init_from, out_dir)
     model, checkpoint = read_checkpoint(path, device, use_ema)
     l2r_only = training_record(checkpoint)['config'].get('order') == 'l2r'
-    return model, model.config.block_size, checkpoint_tokens(checkpoint, model.config.vocab_size), path, l2r_only
+    return (model, model.config.block_size, trained_block(model, checkpoint),
+            checkpoint_tokens(checkpoint, model.config.vocab_size), path, l2r_only)
 
 
 def main(given=()):
@@ -175,10 +177,13 @@ def main(given=()):
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
     hf = is_hf_model(init_from)
-    model, model_block, model_tokens, source, l2r_only = load_model(init_from, out_dir, device, use_ema)
-    n = block_size or model_block
+    model, model_block, trained, model_tokens, source, l2r_only = load_model(init_from, out_dir, device, use_ema)
+    n = block_size or trained
     if n > model_block:
         fail(f"--block_size={n} is larger than the checkpoint's block_size {model_block}")
+    if n < model_block and not block_size:
+        print(f'note: {source} was trained on blocks of {n} tokens (its model reads {model_block}): chunks of {n}; '
+              f'--block_size sets their length')
     gap_settings = gap_settings_of(gaps, n)
     sets = {}
     for name in names:  # read and check every set before evaluating any

@@ -51,7 +51,7 @@ from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, decoding_order, describe_vocab, fail,
                     find_checkpoint, hold_freed_memory, int_at_least, load_tokenizer, one_of, parse_list, print_table,
-                    prompt_tokens, load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab)
+                    prompt_tokens, load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab, trained_block)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate_many, speculation_k
 from scoring import SIDES, score_samples, summarize
@@ -200,7 +200,8 @@ def main(given=()):
         check_decoding(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
-        ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token)
+        ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token,
+                                   trained_block(model, checkpoint))
         points = [(check_steps(s, known.count(False), order, speculate), t, p) for s, t, p in points]
         length = len(ids)
     score, scorer_tokens, context, scorer_weights = load_scorer(scorer, device, sides)

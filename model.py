@@ -341,9 +341,10 @@ class Network(nn.Module):
         """lm_head(h). On a CPU fewer than FEW_ROWS rows (a decoding step's) go as lm_head.weight @ h.T, which MKL
         runs 2 to 4 times faster for them than h @ weight.T, and a single row goes twice (one row is a
         matrix-vector product, which runs on one thread): GPT-2's head on 2 AMD EPYC cores took 4 ms for 1 or 4
-        rows this way, 8 and 15 ms as a Linear (docs/sampling.md)."""
+        rows this way, 8 and 15 ms as a Linear (docs/sampling.md). Only for a plain nn.Linear: a head wrapped (peft's
+        LoRA) or replaced (quantize_dynamic) computes more than its weight and bias say."""
         rows = h.shape[:-1].numel()
-        if h.device.type != 'cpu' or rows >= FEW_ROWS:
+        if h.device.type != 'cpu' or rows >= FEW_ROWS or type(self.lm_head) is not nn.Linear:
             return self.lm_head(h)
         columns = h.reshape(rows, -1).expand(max(rows, 2), -1).t()
         weight, bias = self.lm_head.weight, self.lm_head.bias

@@ -83,14 +83,32 @@ def check_mask(attention_mask, shape, padding='left'):
     if tuple(attention_mask.shape) != tuple(shape):
         raise ValueError(f'attention_mask of shape {tuple(attention_mask.shape)} for {tuple(shape)} columns: pass one '
                          f'0 or 1 for every column of input_ids (after the cache, for every column so far)')
+    others = attention_mask[(attention_mask != 0) & (attention_mask != 1)]
+    if len(others):
+        raise ValueError(f'attention_mask holds values other than 0 and 1 ({others[0].item()!r}): 0 marks padding, 1 '
+                         f'a token')
     mask = attention_mask.long()
-    if not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError('attention_mask holds values other than 0 and 1')
     if padding is None and not bool(mask.all()):
         raise ValueError('padding is not supported: pass rows of one length, without an attention_mask')
     if bool((mask[:, 1:] < mask[:, :-1]).any()):
         raise ValueError("attention_mask pads a row on its right: pad on the left (tokenizer.padding_side = 'left'), "
                          "as generate() reads each row's last column as its newest token")
+
+
+def order_rows(orders, T):
+    """orders, one (T,) or several (E, T), as a tensor (E, T) of permutations of 0..T-1 on the CPU; ValueError for
+    anything else (an order's name such as 'random', ids that are no permutation, ragged rows)."""
+    what = f'orders (E, {T}): each a permutation of the {T} positions 0..{T - 1}'
+    try:
+        orders = torch.as_tensor(orders).cpu()
+    except (TypeError, ValueError, RuntimeError):  # torch's errors for a str, ragged lists, objects
+        raise ValueError(f'{what}, got {orders!r:.60}; random orders are e.g. torch.stack([torch.randperm({T}) for _ in '
+                         f'range(E)])') from None
+    orders = orders[None] if orders.dim() == 1 else orders
+    if not (orders.dim() == 2 and orders.size(1) == T and
+            torch.equal(orders.sort(1).values, torch.arange(T).expand_as(orders))):
+        raise ValueError(what)
+    return orders
 
 
 class AOGPTPreTrainedModel(PreTrainedModel):
@@ -113,6 +131,14 @@ class AOGPTPreTrainedModel(PreTrainedModel):
         if args.recipe.tied_head:
             self._tied_weights_keys = {'transformer.wte.weight': 'lm_head.weight'}  # the file holds the head
         self.post_init()
+
+    def __setattr__(self, name, value):
+        """A module put in place of one of the network's (peft's LoRA around lm_head, and back when merged) is put in
+        the network too, whose forward is the one that runs."""
+        super().__setattr__(name, value)
+        net = self.__dict__.get('net')
+        if net is not None and isinstance(value, torch.nn.Module) and name in net._modules:
+            setattr(net, name, value)
 
     @torch.no_grad()
     def sample(self, input_ids=None, known=None, num_samples=1, steps=None, seed=1337, order='random',
@@ -167,11 +193,7 @@ class AOGPTPreTrainedModel(PreTrainedModel):
             if orders is not None:
                 raise ValueError('the encoder reads left to right only (orders=None)')
             return encoder_l2r_logprobs(self.net, x, MAX_TOKENS)[0].view(B, T).double().sum(1, keepdim=True)
-        orders = torch.arange(T)[None] if orders is None else torch.as_tensor(orders).cpu()
-        orders = orders[None] if orders.dim() == 1 else orders
-        if not (orders.dim() == 2 and orders.size(1) == T and
-                torch.equal(orders.sort(1).values, torch.arange(T).expand_as(orders))):
-            raise ValueError(f'orders (E, {T}): each a permutation of the {T} positions 0..{T - 1}')
+        orders = torch.arange(T)[None] if orders is None else order_rows(orders, T)
         return torch.stack([order_logprobs(self.net, row, orders, 0, MAX_TOKENS).double().sum(1) for row in x])
 
     @torch.no_grad()
@@ -248,7 +270,11 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         positions, so that each row reads as it would alone. cache: the keys and values of the columns before
         input_ids (and of the start slot the first forward adds), which use_cache (the config's by default) returns
         filled, as transformers' causal LMs do; generate() passes it from step to step (as past_key_values before
-        transformers named it cache)."""
+        transformers named it cache): one of the two names, not both. A row of padding alone (the first piece of a
+        padded prompt read in pieces) gives logits of padding, which mean nothing; generate() refuses such a row."""
+        if cache is not None and past_key_values is not None and cache is not past_key_values:
+            raise ValueError('a cache given twice, as cache and as past_key_values (its name before transformers '
+                             'renamed it): pass one of them')
         cache = past_key_values if cache is None else cache
         check_inputs(input_ids, self.config.vocab_size)
         use_cache = self.config.use_cache if use_cache is None else use_cache
@@ -266,6 +292,19 @@ class AOGPTForCausalLM(AOGPTPreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
         return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_FIELD: cache if use_cache else None})
+
+    def generate(self, inputs=None, *args, **kwargs):
+        """transformers' generate, after the checks a forward cannot make: generate drops an attention_mask of all 1s
+        before any forward (so a mask of the wrong width would go unseen), and would sample a prompt row of padding
+        alone as an empty prompt."""
+        ids, mask = kwargs.get('input_ids', inputs), kwargs.get('attention_mask')
+        if torch.is_tensor(ids) and mask is not None:
+            check_mask(mask, ids.shape)
+            empty = (~mask.bool().any(1)).nonzero().flatten().tolist()
+            if empty:
+                raise ValueError(f'attention_mask: prompt row(s) {empty} hold padding alone: give every row at least '
+                                 f'one token')
+        return super().generate(inputs, *args, **kwargs)
 
     def slots(self, input_ids, attention_mask, past, cache):
         """The network's slots of input_ids (B, n) after `past` cached ones: tokens, positions, targets (B, S), and

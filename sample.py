@@ -34,7 +34,7 @@ from checkpoints import token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, decoding_order, default_device, default_dtype, find_checkpoint,
                     hold_freed_memory, int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint,
-                    sampling_options)
+                    sampling_options, trained_block)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate, speculation_k
 
@@ -65,7 +65,8 @@ def main(given=()):
     check_decoding(order, model, speculate)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
-    ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token)
+    ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token,
+                               trained_block(model, checkpoint))
     n_steps = check_steps(steps, known.count(False), order, speculate)
 
     if compile:

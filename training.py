@@ -3,6 +3,8 @@ What training needs besides the model: the orders a decoder reads its sequences 
 encoder sees them through, and the EMA of the weights.
 """
 import itertools
+import math
+from fractions import Fraction
 
 import torch
 
@@ -46,22 +48,39 @@ def parse_mix(text, flag='--order_mix'):
 STAGES_EXAMPLE = 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@300/l2r:0.1,fim:0.4,random:0.5@600'
 
 
+def knot_place(knot, max_iters, example):
+    """Where a knot MIX@ITER of --order_stages is written, in iterations (a Fraction: ITER, or ITER% of max_iters);
+    ValueError naming the problem, and the character a number cannot hold."""
+    _, at, when = knot.rpartition('@')
+    reason = ''
+    try:
+        number = parse_number(when.strip().removesuffix('%'), int) if at else -1
+    except ValueError as e:
+        number, reason = -1, f': {e}'
+    if number < 0:
+        raise ValueError(f'--order_stages: {knot!r} is not MIX@ITERATION (an iteration is a whole number, or a whole '
+                         f'percentage of max_iters such as 50%){reason}; {example}')
+    return Fraction(number * max_iters, 100) if when.strip().endswith('%') else Fraction(number)
+
+
 def parse_stages(text, max_iters):
     """--order_stages as [(iteration, mix)]: knots MIX@ITER separated by '/', ITER an iteration or a percentage of
-    max_iters (e.g. @50%), the first at iteration 0, the iterations never decreasing; ValueError naming the problem."""
+    max_iters (e.g. @50%), the first at iteration 0, the iterations never decreasing; ValueError naming the problem.
+    A percentage rounds half up, and a knot written after the one before it comes at least one iteration after it, so
+    that no stage is skipped at few iterations (two knots at one iteration are a step: the earlier is never used)."""
     example = f'e.g. --order_stages={STAGES_EXAMPLE}'
-    stages = []
-    for knot in text.split('/'):
-        mix, at, when = knot.strip().rpartition('@')
-        try:
-            number = parse_number(when.strip().removesuffix('%'), int) if at else -1
-        except ValueError:
-            number = -1
-        if number < 0:
-            raise ValueError(f'--order_stages: {knot.strip()!r} is not MIX@ITERATION (an iteration is a whole '
-                             f'number, or a whole percentage of max_iters such as 50%); {example}')
-        iteration = round(number * max_iters / 100) if when.strip().endswith('%') else number
-        stages.append((iteration, parse_mix(mix, '--order_stages')))
+    stages, before = [], None  # before: the place the previous knot was written at, in iterations (a Fraction)
+    for knot in (k.strip() for k in text.split('/')):
+        place = knot_place(knot, max_iters, example)
+        iteration = math.floor(place + Fraction(1, 2))
+        if before is not None and place > before:
+            iteration = max(iteration, stages[-1][0] + 1)
+            if iteration > max_iters >= math.ceil(place):
+                raise ValueError(f'--order_stages: at max_iters={max_iters} the knot {knot!r} has no iteration of its '
+                                 f'own after the one before it: train for more iterations, give fewer stages, or '
+                                 f'write their iterations (@N)')
+        stages.append((iteration, parse_mix(knot.rpartition('@')[0], '--order_stages')))
+        before = place
     iterations = [i for i, _ in stages]
     if iterations[0] != 0:
         raise ValueError(f'--order_stages: the first stage must be at iteration 0, got {iterations[0]}; {example}')

@@ -1,5 +1,6 @@
 """What every script accepts: init_from (Hub names included) and, for each bad input, one line up front."""
 import contextlib
+import copy
 import io
 import json
 import math
@@ -7,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import torch
 import conftest
 from conftest import one_line_error, run_here, run_script, samples, says
 from model import GPT, GPTConfig
+from training import parse_stages, shares_at
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
@@ -110,6 +113,10 @@ TRAIN = [
     (['--order_stages=l2r:1@0/fim:1@50', '--order_curriculum=10'], ('--order_stages', 'drop --order_curriculum')),
     (['--order_stages=l2r:1@0/fim:0.5@50'], ('--order_stages', 'sum to 1', 'got 0.5')),
     (['--order_stages=l2r:1@0/fim:1@٥٠'], ('--order_stages', 'MIX@ITERATION', 'whole number')),
+    (['--order_stages=l2r:1@0/fim:1@\u0663'], ('--order_stages', "'\u0663' (U+0663)", 'digits 0-9')),
+    (['--order_stages=l2r:1@0/fim:1@\u00b2'], ('--order_stages', "'\u00b2' (U+00B2)", 'digits 0-9')),
+    (['--order_stages=l2r:1@0/fim:1@50%/random:1@100%', '--max_iters=1'],
+     ('--order_stages', 'max_iters=1', "'random:1@100%'", 'no iteration of its own', 'train for more iterations')),
     (['--order=l2r', '--order_stages=l2r:1@0'], ('--order_stages', 'add --order=mixed', 'got --order=l2r')),
     (['--order_stages=l2r:1@0/random:1@50', '--fim_max_span=8'], ('--fim_max_span', 'add fim to --order_stages')),
     (['--order_mix=l2r:0.5,fim:0.5', '--fim_max_span=33'],
@@ -145,6 +152,8 @@ TRAIN = [
     (['--init_from=resume', '--out_dir=missing'], ('no checkpoint at missing/ckpt.pt',)),
     (['--eval_only', '--out_dir=missing'], ('no checkpoint at missing/ckpt.pt',)),
     (['--init_from=nowhere.pt'], ('checkpoint nowhere.pt not found',)),
+    (['--init_from=gpt2-small'],
+     ('checkpoint gpt2-small not found', 'gpt2 is GPT-2 small', 'gpt2-xl', 'save_pretrained')),
     (['--init_from=AUTO'], ('--init_from=AUTO', 'lower case', '--init_from=auto')),
     (['--init_from=bad/truncated.pt'], ('bad/truncated.pt', 'not a readable checkpoint')),
     (['--init_from=bad/notes.pt'], ('bad/notes.pt', 'not a readable checkpoint')),
@@ -297,6 +306,9 @@ BENCH = [
     (['--run=step', '--step_batches=1,x'], ('--step_batches', 'comma list of ints', "'x'")),
     (['--run=step', '--step_tokens=0'], ('--step_tokens', 'at least 1')),
     (['--run=step', '--sync_check=True'], ('--sync_check', 'needs --device=cuda')),
+    # --sample_steps's default does not fit a block of 64, but --run=generate does not read it
+    (['--run=generate', '--sample_block_size=64', '--generate_tokens=100'],
+     ('--generate_tokens', 'sample_block_size - 2 (62)', 'got 100')),
     # ², a digit to str.isdigit that int() refuses
     (['--run=speculate', '--speculate_k=\u00b2'], ('--speculate_k', "'auto'", "got '\u00b2'")),
     (['--sample_steps=\u00b2'], ('--sample_steps', 'from 1 to sample_block_size')),
@@ -499,3 +511,137 @@ def test_gpt2_offline_without_a_copy_says_how_to_provide_it(workdir, bpe_shakesp
     lines = out.stderr.strip().splitlines()
     assert out.returncode != 0 and len(lines) == 1, out.stderr
     says(lines[0], "could not load GPT-2's weights 'gpt2'", 'save_pretrained', '--init_from=gpt2-local')
+
+
+def test_a_gpt2_folder_cut_in_half_is_one_line_and_keeps_the_checkpoint(workdir, bpe_shakespeare, gpt2_folder,
+                                                                        kept_checkpoint, tmp_path):
+    folder = shutil.copytree(gpt2_folder, tmp_path / 'cut-gpt2')
+    weights = folder / 'model.safetensors'
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
+    says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={folder}', '--max_iters=0', *kept_checkpoint,
+                        cwd=workdir), f"GPT-2's weights '{folder}' cannot be read", 'SafetensorError', 'cut short',
+         'save the model again')
+
+
+def test_a_folder_of_another_model_type_is_named(workdir, bpe_shakespeare, kept_checkpoint, tmp_path):
+    from transformers import BertConfig, BertModel
+    BertModel(BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=16)).save_pretrained(tmp_path / 'bert')
+    says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={tmp_path}/bert', '--max_iters=0',
+                        *kept_checkpoint, cwd=workdir), "model_type 'bert'", "GPT-2's (model_type 'gpt2')")
+
+
+@pytest.mark.parametrize('name', ['gpt2', 'openai-community/gpt2', 'openai-community/gpt2-xl'])
+def test_gpt2_by_the_hubs_names_old_and_new(workdir, bpe_shakespeare, kept_checkpoint, monkeypatch, name):
+    """train.py hands each name to the conversion (stood in for here: no download), as it does 'gpt2'."""
+    import checkpoints
+
+    def convert(path):
+        raise checkpoints.CheckpointError(f'converting {path}')
+    monkeypatch.setattr(checkpoints, 'gpt2_checkpoint', convert)
+    says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={name}', '--max_iters=0', *kept_checkpoint,
+                        cwd=workdir), f'converting {name}')
+    assert not checkpoints.is_gpt2('openai-community/gpt3')
+
+
+@pytest.fixture(scope='module')
+def folder_lm():
+    """A model folder's causal LM (modeling_ao_gpt.py) of random weights, and two rows of 4 ids."""
+    from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    torch.manual_seed(0)
+    model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=16, vocab_size=11, n_layer=1, n_head=2, n_embd=16,
+                                                         cond_dim=8))).eval()
+    model.generation_config.pad_token_id = model.config.bos_token_id
+    return model, torch.randint(11, (2, 4))
+
+
+def both_caches(model, x):
+    """forward's cache and past_key_values, both given: an empty cache, and one holding x's first two columns."""
+    from transformers import DynamicCache
+    from modeling_ao_gpt import CACHE_FIELD
+    return dict(cache=DynamicCache(), past_key_values=getattr(model(x[:, :2]), CACHE_FIELD))
+
+
+@pytest.mark.parametrize('call, words', [
+    (lambda m, x: m.log_likelihood(x, orders='random'), ("orders (E, 4)", "got 'random'", 'torch.randperm(4)')),
+    (lambda m, x: m(x, attention_mask=torch.tensor([[1, 1, 0.5, 1], [1, 1, 1, 1]])),
+     ('values other than 0 and 1 (0.5)',)),
+    (lambda m, x: m(x[:, 2:], **both_caches(m, x)),
+     ('cache given twice', 'pass one of them')),
+    (lambda m, x: m.generate(x, attention_mask=torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1]]), max_new_tokens=2),
+     ('prompt row(s) [0] hold padding alone',)),
+    (lambda m, x: m.generate(x, attention_mask=torch.ones(2, 5, dtype=torch.long), max_new_tokens=2),
+     ('attention_mask of shape (2, 5) for (2, 4)',)),
+    (lambda m, x: m.generate(x, attention_mask=torch.ones(2, 3, dtype=torch.long), max_new_tokens=2),
+     ('attention_mask of shape (2, 3) for (2, 4)',))],
+    ids=['orders-by-name', 'half-a-mask', 'two-caches', 'a-row-of-padding', 'mask-too-wide', 'mask-too-narrow'])
+def test_a_folders_methods_name_the_bad_input(folder_lm, call, words):
+    with pytest.raises(ValueError) as error:
+        call(*folder_lm)
+    says(str(error.value), *words)
+    assert '\n' not in str(error.value)
+
+
+def test_percentage_stages_never_share_an_iteration():
+    """At 50 iterations 1% is iteration 0.5: rounded half up, and a knot after the one before it gets an iteration of
+    its own, so each stage's mix is trained on; two knots written at one place stay a step."""
+    stages = parse_stages('l2r:1@0/fim:1@1%/random:1@2%', 50)
+    assert [i for i, _ in stages] == [0, 1, 2]
+    assert [shares_at(stages, i) for i in range(3)] == [mix for _, mix in stages]
+    assert [i for i, _ in parse_stages('l2r:1@0/fim:1@5%/random:1@10%/l2r:1@10%', 50)] == [0, 3, 5, 5]
+
+
+@pytest.fixture(scope='module')
+def short_trained(workdir, char_ckpt):
+    """The char checkpoint as a run at --block_size=16 from a parent of block 32 records it (the model keeps 32)."""
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    checkpoint['config']['block_size'] = 16
+    torch.save(checkpoint, workdir / 'short-trained.pt')
+    return 'short-trained.pt'
+
+
+def test_samples_and_chunks_fill_the_block_the_run_trained_on(workdir, short_trained):
+    out = output_of('sample.py', f'--init_from={short_trained}', '--device=cpu', '--num_samples=2', cwd=workdir)
+    assert 'note: the checkpoint was trained on blocks of 16 tokens (its model reads 32): a sample fills 16' in out
+    assert [len(text) for text in samples(out)] == [16, 16]
+    longer = output_of('sample.py', f'--init_from={short_trained}', '--device=cpu', '--num_samples=1',
+                       '--max_new_tokens=32', cwd=workdir)
+    assert [len(text) for text in samples(longer)] == [32]
+    _, out = ppl_of(workdir, f'--init_from={short_trained}', '--dataset=shakespeare_char')
+    assert 'chunks of 16; --block_size sets their length' in out
+    assert json.loads((workdir / 'ppl.json').read_text())['block_size'] == 16
+
+
+def test_the_head_runs_what_wraps_or_replaces_it_at_any_rows():
+    """A decoding step's few rows go through the head's module, as many rows do: peft's LoRA around it,
+    quantize_dynamic's head in its place (where the fast path, reading weight and bias, gave other logits or raised)."""
+    from peft import LoraConfig, get_peft_model
+    lora = conftest.tiny_model()
+    get_peft_model(lora, LoraConfig(r=2, target_modules=['lm_head'], init_lora_weights=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # torch.ao.quantization's move to torchao
+        quantized = torch.ao.quantization.quantize_dynamic(conftest.tiny_model(), {torch.nn.Linear}, torch.qint8)
+    h = torch.randn(6, 32)
+    with torch.no_grad():
+        for model in (lora, quantized):
+            torch.testing.assert_close(model.head(h), model.lm_head(h), atol=1e-6, rtol=0)
+
+
+def test_lora_on_a_folders_head_is_the_networks(folder_lm):
+    """peft puts its LoRA on the folder's lm_head, which the network's forward reads: the logits move, and are the
+    merged model's."""
+    from peft import LoraConfig, get_peft_model
+    model, x = copy.deepcopy(folder_lm[0]), folder_lm[1]
+    with torch.no_grad():
+        base = model(x).logits[..., :-1]
+        tuned = get_peft_model(model, LoraConfig(r=2, target_modules=['lm_head'], init_lora_weights=False))
+        adapted = tuned(input_ids=x).logits[..., :-1]
+        merged = tuned.merge_and_unload()(x).logits[..., :-1]
+    assert (adapted - base).abs().max() > 0.1
+    torch.testing.assert_close(merged, adapted, atol=1e-5, rtol=0)
+
+
+def test_a_libc_without_mallopt_leaves_malloc_as_it_is(monkeypatch):
+    import common
+    monkeypatch.setattr(common.ctypes, 'CDLL', lambda name: object())  # musl's libc: no mallopt
+    common.hold_freed_memory()
