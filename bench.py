@@ -114,8 +114,8 @@ authors_dir = ''  # long: a checkout of the authors' repository (github.com/scxu
 
 
 # the benchmarks that read each setting of the rules below: a setting is checked only where --run names one of them
-READ_BY = {'sample_steps': ('sample', 'long', 'arch'), 'speculate_k': ('speculate',), 'speculate_tokens': ('speculate',),
-           'step_tokens': ('step',), 'generate_tokens': ('generate',)}
+READ_BY = {'sample_steps': ('sample', 'long', 'arch'), 'speculate_k': ('speculate',),
+           'speculate_tokens': ('speculate',), 'step_tokens': ('step',), 'generate_tokens': ('generate',)}
 
 
 def check_inputs():

@@ -51,7 +51,8 @@ from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
 from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
                     check_settings, check_steps, default_device, default_dtype, decoding_order, describe_vocab, fail,
                     find_checkpoint, hold_freed_memory, int_at_least, load_tokenizer, one_of, parse_list, print_table,
-                    prompt_tokens, load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab, trained_block)
+                    prompt_tokens, load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab,
+                    trained_block)
 from configurator import configure
 from engine import Speculation, compile_decoding, generate_many, speculation_k
 from scoring import SIDES, score_samples, summarize

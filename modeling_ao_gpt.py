@@ -102,8 +102,8 @@ def order_rows(orders, T):
     try:
         orders = torch.as_tensor(orders).cpu()
     except (TypeError, ValueError, RuntimeError):  # torch's errors for a str, ragged lists, objects
-        raise ValueError(f'{what}, got {orders!r:.60}; random orders are e.g. torch.stack([torch.randperm({T}) for _ in '
-                         f'range(E)])') from None
+        raise ValueError(f'{what}, got {orders!r:.60}; random orders are e.g. '
+                         f'torch.stack([torch.randperm({T}) for _ in range(E)])') from None
     orders = orders[None] if orders.dim() == 1 else orders
     if not (orders.dim() == 2 and orders.size(1) == T and
             torch.equal(orders.sort(1).values, torch.arange(T).expand_as(orders))):
