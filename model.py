@@ -426,19 +426,21 @@ class GPT(Network):
         self.make_rotary()
         self.init_weights(self.transformer.get_submodule('wtpe') if recipe.target_table else None)
 
-    def forward(self, x, order, reduction='mean'):
+    def forward(self, x, order, hidden=None, reduction='mean'):
         """Read tokens x (B, T) in `order` (B, T); return logits (B, T+1, V) and the loss.
 
         logits[:, j] (j < T) predicts x[order[j]] from x[order[:j]]; the last slot has no target.
-        The loss is the cross-entropy of slots 0..T-1, averaged, or per token (B, T) in decoding
-        order with reduction='none'.
+        hidden (B, T, bool): tokens of x the inputs read as [None] (input masking, training.hide_inputs);
+        their targets stay. The loss is the cross-entropy of slots 0..T-1, averaged, or per token (B, T)
+        in decoding order with reduction='none'.
         """
         B, T = x.size()
         if T > self.config.block_size:
             raise ValueError(f'sequence of length {T} is longer than block_size {self.config.block_size}')
         targets = x.gather(1, order)
         none = torch.full((B, 1), -1, dtype=order.dtype, device=order.device)
-        tokens = torch.cat([torch.zeros_like(none), targets], dim=1)
+        inputs = targets if hidden is None else targets.masked_fill(hidden.gather(1, order), -1)
+        tokens = torch.cat([torch.zeros_like(none), inputs], dim=1)
         logits = self.forward_slots(tokens, torch.cat([none, order], 1), torch.cat([order, none], 1))
         loss = F.cross_entropy(logits[:, :T].flatten(0, 1).float(), targets.flatten(), reduction='none')
         loss = loss.view(B, T)
@@ -461,8 +463,9 @@ class GPT(Network):
         """The general forward over explicit slots, for training, cached sampling and evaluation.
 
         tokens, positions, targets: (B, S). A slot holds `tokens` at original position `positions`
-        (-1 marks the start slot, whose token is ignored) and predicts position `targets` (-1: no
-        target, zero condition). With a KVCache the slots also attend to the cached ones.
+        (-1 marks the start slot, whose token is ignored; a token -1 is hidden: both read as [None])
+        and predicts position `targets` (-1: no target, zero condition). With a KVCache the slots
+        also attend to the cached ones.
         attn_mask: bool, broadcastable to (B, n_head, S, S) or with a cache to (B, n_head, S, the
         slots it attends: cache.end or all), True where a slot may attend; default causal (a row's
         committed slots, then the new slots in order).
@@ -471,8 +474,8 @@ class GPT(Network):
         Returns logits (B, S, V), or (B, Q, V) with out_slots.
         """
         wt = self.transformer
-        is_start = (positions < 0).unsqueeze(-1)
-        h = torch.where(is_start, wt.wnonee.weight[0], wt.wte(tokens))
+        is_none = ((positions < 0) | (tokens < 0)).unsqueeze(-1)
+        h = torch.where(is_none, wt.wnonee.weight[0], wt.wte(tokens.clamp(min=0)))
         ropes = None
         if self.rotary is None:
             h = h + wt.wpe(positions + 1)

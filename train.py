@@ -37,15 +37,15 @@ from benchmarks import load_tokens, make_chunks, paper_chunks
 from checkpoints import (CheckpointError, checkpoint_tokens, gpt2_checkpoint, is_gpt2, load_weights_only,
                          save_checkpoint, training_record)
 from common import (above, at_least, autocast, between, check_device, check_settings, check_vocab, check_writable,
-                    dataset_vocab, default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb,
+                    dataset_vocab, default_device, default_dtype, fail, find_checkpoint, one_of, peak_memory_mb, rank,
                     read_checkpoint)
 from configurator import configure, setting_keys
 from engine import parse_number
 from model import ARCHITECTURES, GELUS, GPTConfig, POSITION_ENCODINGS, TARGET_INJECTIONS, build_model
 from scoring import (check_gap_sizes, chunk_gap, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
                      left_gap_logprobs, parse_gaps)
-from training import (ORDER_MODES, make_ema, make_fixed_order, mix_stages, paper_mix, parse_mix, parse_stages,
-                      shares_at, training_inputs)
+from training import (ORDER_MODES, make_ema, make_fixed_order, mean_loss, mix_stages, paper_mix, parse_mix,
+                      parse_stages, run_stages, shares_at, training_inputs)
 
 # -----------------------------------------------------------------------------
 # default config values: GPT-2 small sized AO-GPT on OpenWebText
@@ -57,6 +57,8 @@ eval_iters = 200
 eval_gaps = ''  # also each gap's val NLL given the rest, as eval_ppl.py --gaps, e.g. span:4,span:16 (on eval_iters x
 # batch_size val chunks)
 eval_only = False  # evaluate the checkpoint once and exit
+keep_best = ''  # '' or a reading, 'l2r' or 'ao' (the encoder's NELBO): keep out_dir/best.pt at its lowest on the first
+# half of val.bin (select_* in metrics.jsonl); val_* and the gaps are then read on the second half, which chose nothing
 init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), a checkpoint path / hf:..., or
 # GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a folder saved by transformers (sigma-GPT's recipe: checkpoints.py)
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
@@ -68,7 +70,8 @@ wandb_run_name = 'ao-gpt'
 dataset = 'openwebtext'
 gradient_accumulation_steps = 64  # summed over all processes: 16 x 1024 x 64 = 1,048,576 tokens per iteration
 batch_size = 16  # micro-batch size per process
-block_size = 1024
+block_size = 1024  # from a checkpoint (init_from): when not set, the parent's
+train_tokens = 0  # train on the first train_tokens tokens of train.bin only (0: all): data-constrained runs, in epochs
 val_dataset = ''  # '': val losses on the dataset's val.bin; or a benchmark set (e.g. wikitext103, as the authors)
 data_dir = os.environ.get('AOGPT_DATA_DIR', '')  # with val_dataset: local copies, as eval_ppl.py; '': the Hub
 # training orders
@@ -90,6 +93,8 @@ cond_dim = 128
 target_init_std = 0.02  # init std of the target-position embedding (the authors'); see train_shakespeare_char.py
 gate_init = 0.0  # initial bias of adaLN's gates (the authors': 0); see train_shakespeare_char.py
 dropout = 0.0
+input_mask = 0.0  # a decoder's training inputs: the share of tokens hidden (read as the start slot's [None]), targets
+# kept: the regularizer of a GPT on repeated data
 bias = True
 target_injection = 'adaln'  # 'adaln' (AO-GPT), 'add' (sigma-GPT), ours: 'two_stream', 'queries' (model.py)
 architecture = 'decoder'  # 'decoder' (the above) or 'encoder' (the masked diffusion model, trained on its NELBO)
@@ -126,11 +131,12 @@ VAL_SETS = ('wikitext2', 'wikitext103', 'ptb')  # the benchmark sets with a vali
 check_settings(globals(), {
     **dict.fromkeys(['batch_size', 'block_size', 'gradient_accumulation_steps', 'eval_interval', 'log_interval',
                      'eval_iters', 'n_layer', 'n_head', 'n_embd', 'cond_dim', 'order_block'], at_least(1)),
-    'max_iters': at_least(0), 'order_curriculum': at_least(0), 'fim_max_span': at_least(0),
+    'max_iters': at_least(0), 'train_tokens': at_least(0), 'order_curriculum': at_least(0), 'fim_max_span': at_least(0),
     'warmup_iters': at_least(0), 'lr_decay_iters': at_least(1),
     'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
-    'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
+    'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'input_mask': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'keep_best': (lambda v: v in ('', 'l2r', 'ao'), "'' (no best checkpoint), 'l2r' or 'ao'"), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
     'target_init_std': above(0),
     # adaLN's gate multiplies its block's output (no sigmoid; model.AdaLNBlock): 0 shuts the block, 1 opens it.
     # A start past ±10 has no use, and a huge one overflows float16 (max 65504): NaN before the first step
@@ -198,6 +204,53 @@ def read_stages():
         fail(e)
 
 
+ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+auto = init_from == 'auto'
+if auto:  # a requeued job's command: go on with the run it started, or start it
+    init_from = 'resume' if os.path.exists(ckpt_path) else 'scratch'
+if eval_only and init_from == 'scratch':
+    init_from = 'resume'  # evaluate the run in out_dir
+if init_from != 'resume' and not eval_only and os.path.exists(ckpt_path) and not overwrite:
+    fail(f'{ckpt_path} already exists: continue it with --init_from=resume, write elsewhere with '
+         f'--out_dir=..., or replace it with --overwrite=True')
+from_gpt2 = is_gpt2(init_from)
+if init_from != 'scratch':
+    init_path = init_from if from_gpt2 else find_checkpoint(init_from, out_dir)
+
+
+def check_same_data(saved):
+    """A resumed run goes on with the tokens, the selection and the order stages it started with (an older checkpoint
+    records none of the first two: all of train.bin, no best kept)."""
+    for key, default in (('train_tokens', 0), ('keep_best', '')):
+        if saved.get(key, default) != config[key]:
+            fail(f"--{key}={config[key]!r} is not the run's ({saved.get(key, default)!r} in {ckpt_path}): resume "
+                 f"with --{key}={saved.get(key, default)!r}, or start a new out_dir")
+    if order_stages and order_stages == saved.get('order_stages') and stages != run_stages(saved):
+        fail(f'--order_stages: the stages at --max_iters={max_iters} are not the ones {ckpt_path} was trained on '
+             f"(--max_iters={saved['max_iters']}): a percentage moves with max_iters; give the knots in iterations")
+
+
+def read_parent(path):
+    """The network and checkpoint a new run starts from: GPT-2 converted (checkpoints.gpt2_checkpoint), or ours."""
+    if not from_gpt2:
+        return read_checkpoint(path)
+    try:
+        checkpoint = gpt2_checkpoint(path)
+    except CheckpointError as e:
+        fail(e)
+    model = build_model(GPTConfig(**checkpoint['model_args']))
+    model.load_state_dict(checkpoint['model'])
+    return model, checkpoint
+
+
+if init_from not in ('scratch', 'resume'):
+    pretrained, pretrained_checkpoint = read_parent(init_path)  # its EMA weights and architecture
+    if 'block_size' not in overridden:  # a fine-tune reads the parent's block unless told to read shorter ones
+        block_size = config['block_size'] = pretrained.config.block_size
+        if rank() == 0:
+            print(f'block_size = {block_size}, the block of {init_path} (--block_size=N trains on shorter sequences)')
+
+
 stages = read_stages()
 if order_curriculum > max_iters:
     fail(f'--order_curriculum={order_curriculum} is longer than training (--max_iters={max_iters}): the mix would '
@@ -258,19 +311,6 @@ def permutation_problem(values, n):
 
 
 explicit_order = read_order_file(order_file) if order_file else None
-ckpt_path = os.path.join(out_dir, 'ckpt.pt')
-auto = init_from == 'auto'
-if auto:  # a requeued job's command: go on with the run it started, or start it
-    init_from = 'resume' if os.path.exists(ckpt_path) else 'scratch'
-if eval_only and init_from == 'scratch':
-    init_from = 'resume'  # evaluate the run in out_dir
-if init_from != 'resume' and not eval_only and os.path.exists(ckpt_path) and not overwrite:
-    fail(f'{ckpt_path} already exists: continue it with --init_from=resume, write elsewhere with '
-         f'--out_dir=..., or replace it with --overwrite=True')
-from_gpt2 = is_gpt2(init_from)
-if init_from != 'scratch':
-    init_path = init_from if from_gpt2 else find_checkpoint(init_from, out_dir)
-
 # data: uint16 token memmaps; a sequence is block_size tokens read in a sampled order
 if not dataset:
     found = sorted(d.name for d in os.scandir('data') if d.is_dir()) if os.path.isdir('data') else []
@@ -283,6 +323,20 @@ for split in ('train', 'val'):
     if os.path.getsize(path) // 2 <= block_size:
         fail(f'{path} holds fewer than block_size={block_size} tokens: use a smaller --block_size')
 data_vocab, data_size = dataset_vocab(dataset_dir)
+train_size = os.path.getsize(os.path.join(dataset_dir, 'train.bin')) // 2
+if train_tokens > train_size:
+    fail(f'--train_tokens={train_tokens:,} is more than {dataset_dir}/train.bin holds ({train_size:,} tokens): use '
+         'at most that, or 0 for all of it')
+if 0 < train_tokens <= block_size:
+    fail(f'--train_tokens={train_tokens} holds no training window of block_size + 1 tokens: use at least '
+         f'{block_size + 1}')
+train_size = train_tokens or train_size  # the unique tokens a run trains on: its epochs are counted in them
+if keep_best and val_dataset:
+    fail(f'--keep_best chooses on the first half of {dataset_dir}/val.bin and reports on the second: drop '
+         f'--val_dataset={val_dataset}, or --keep_best')
+if keep_best and os.path.getsize(os.path.join(dataset_dir, 'val.bin')) // 4 <= block_size:
+    fail(f'--keep_best cuts {dataset_dir}/val.bin in halves, each no longer than block_size={block_size}: use a '
+         'smaller --block_size')
 vocab_size = GPTConfig.vocab_size if data_vocab == 'gpt2' else data_size  # GPT-2's table is padded
 
 
@@ -310,11 +364,13 @@ GAP_MAX_TOKENS = 32768  # slots per forward of the gap scoring, as eval_ppl.py's
 
 
 def gap_eval_chunks():
-    """The chunks of the in-training gap NLLs: the first eval_iters x batch_size of the val split, cut as
-    eval_ppl.py cuts them (val_dataset's, with one)."""
+    """The chunks of the in-training gap NLLs: the first eval_iters x batch_size of the val split (with keep_best, of
+    its second half), cut as eval_ppl.py cuts them (val_dataset's, with one)."""
     if val_chunks is not None:
         return val_chunks
-    return make_chunks(load_tokens(os.path.join(dataset_dir, 'val.bin'))[0], block_size)[:eval_iters * batch_size]
+    tokens = load_tokens(os.path.join(dataset_dir, 'val.bin'))[0][0]
+    report = tokens[len(tokens) // 2:] if keep_best else tokens  # the half that chose nothing
+    return make_chunks([report], block_size)[:eval_iters * batch_size]
 
 
 gap_chunks = gap_eval_chunks() if gap_settings else None
@@ -384,19 +440,6 @@ def check_same_run(saved):
              f'and those settings, or start a new out_dir')
 
 
-def read_parent(path):
-    """The network and checkpoint a new run starts from: GPT-2 converted (checkpoints.gpt2_checkpoint), or ours."""
-    if not from_gpt2:
-        return read_checkpoint(path)
-    try:
-        checkpoint = gpt2_checkpoint(path)
-    except CheckpointError as e:
-        fail(e)
-    model = build_model(GPTConfig(**checkpoint['model_args']))
-    model.load_state_dict(checkpoint['model'])
-    return model, checkpoint
-
-
 def parent_record(path, checkpoint):
     """What a run started from, for its checkpoint, metrics.jsonl and model card: the path, what trained it, and its
     own parent."""
@@ -411,6 +454,7 @@ model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=bloc
                   position_encoding=position_encoding, gelu=gelu)
 iter_num = 0
 evaluated_at = None  # the last iteration whose evaluation is in metrics.jsonl
+best = None  # with keep_best: {'iter', 'loss'} of the lowest selection reading so far, the one in best.pt
 trained_seconds = 0.0  # the training before this process's start, so a resumed run's `elapsed` goes on from it
 checkpoint = None
 parent = None  # a new run's parent_record
@@ -428,12 +472,15 @@ elif init_from == 'resume':
     check_model_settings(model.config)
     if auto:
         check_same_run(checkpoint['config'])
+    if not eval_only:
+        check_same_data(checkpoint['config'])
     vocab_note = check_vocab(checkpoint_tokens(checkpoint, model.config.vocab_size), (data_vocab, data_size), dataset)
     model.train()
     model_args = checkpoint['model_args']  # the architecture is the checkpoint's (no flag says otherwise)
     iter_num = checkpoint['iter_num']
     parent = checkpoint.get('parent')
     evaluated_at = checkpoint.get('evaluated_at', iter_num)  # a run stopped before an evaluation evaluates on resume
+    best = checkpoint.get('best')
     trained_seconds = checkpoint.get('elapsed', 0.0)
     if checkpoint.get('world_size', ddp_world_size) != ddp_world_size:
         message = (f"{init_path} was trained by {checkpoint['world_size']} processes, now {ddp_world_size}: each "
@@ -446,7 +493,6 @@ elif init_from == 'resume':
     if explicit_order is not None and not torch.equal(explicit_order, fixed_order):
         fail(f'--order_file={order_file} is not the order {init_path} was trained with: resume without it')
 else:
-    pretrained, pretrained_checkpoint = read_parent(init_path)  # its EMA weights and architecture
     parent = parent_record(init_path, pretrained_checkpoint)
     vocab_note = check_vocab(checkpoint_tokens(pretrained_checkpoint, pretrained.config.vocab_size),
                              (data_vocab, data_size), dataset)
@@ -458,6 +504,8 @@ else:
 config |= {k: v for k, v in model_args.items() if k in config and k != 'block_size'}
 if model.config.is_encoder and (order not in ('mixed', 'random') or order_file):  # random_ratio: ignored, as the orders
     fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
+if model.config.is_encoder and input_mask:
+    fail('--input_mask hides a decoder\'s inputs; the encoder\'s objective masks its inputs already: drop it')
 ordered = [k for k in ORDER_FLAGS if k in overridden]
 if model.config.is_encoder and ordered:  # its honest equivalent, masks of spans, is not built
     fail(f'the encoder trains on random masks (its NELBO), not on a mix of orders: drop --{ordered[0]}')
@@ -505,18 +553,30 @@ def to_device(t):
     return t.pin_memory().to(device, non_blocking=True) if device_type == 'cuda' else t.to(device)
 
 
-def model_inputs(x, order_mode, generator=None, shares=None):
-    """The model's arguments for the rows x, on the device (training.training_inputs); shares: a mixed run's."""
-    inputs = training_inputs(raw_model, x, order_mode, generator, shares, fixed_order, mask_eps, fim_max_span)
+def model_inputs(x, order_mode, generator=None, shares=None, hide=0.0):
+    """The model's arguments for the rows x, on the device (training.training_inputs); shares: a mixed run's; hide:
+    the share of input tokens hidden (training only)."""
+    inputs = training_inputs(raw_model, x, order_mode, generator, shares, fixed_order, mask_eps, fim_max_span, hide)
     return tuple(to_device(t) for t in inputs)
 
 
-def get_batch(split, order_mode, generator=None, shares=None):
+def split_tokens(split):
+    """The tokens a split's windows are drawn from: train.bin, or its first train_tokens; val.bin, or with keep_best
+    its first half ('select': the best is chosen there) and its second ('val': what is reported)."""
     # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
-    data = np.memmap(os.path.join(dataset_dir, f'{split}.bin'), dtype=np.uint16, mode='r')
+    data = np.memmap(os.path.join(dataset_dir, f"{'train' if split == 'train' else 'val'}.bin"), dtype=np.uint16,
+                     mode='r')
+    if split == 'train':
+        return data[:train_size]
+    half = len(data) // 2 if keep_best else 0
+    return data[:half] if split == 'select' else data[half:]
+
+
+def get_batch(split, order_mode, generator=None, shares=None, hide=0.0):
+    data = split_tokens(split)
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
     x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
-    return model_inputs(x, order_mode, generator, shares)
+    return model_inputs(x, order_mode, generator, shares, hide)
 
 
 def eval_batches(split, order_mode, generator):
@@ -536,16 +596,19 @@ def seed_iteration(iteration):
     torch.manual_seed(hash((seed, ddp_rank, iteration)))
 
 
+EVAL_LOGITS = 2**25  # logits held at once in an evaluation (128 MiB in float32), whatever the vocabulary
+
+
 @torch.no_grad()
 def estimate_losses():
-    """Mean EMA-weight loss on train and val (or val_dataset), left-to-right and any-order (random orders;
-    the encoder's: its NELBO, equal to the any-order loss in expectation; its left-to-right loss is
-    estimated at one position per row); in a fixed-order run also in its own order ('fixed', which the
-    authors' ablation trainer records), read on the left-to-right batches."""
+    """Mean EMA-weight loss on train and val (or val_dataset), with keep_best also on val.bin's selection half
+    ('select'), left-to-right and any-order (random orders; the encoder's: its NELBO, equal to the any-order loss in
+    expectation; its left-to-right loss is estimated at one position per row); in a fixed-order run also in its own
+    order ('fixed', which the authors' ablation trainer records), read on the left-to-right batches."""
     generator = torch.Generator().manual_seed(seed)  # the same batches and orders every time
     fixed = None if fixed_order is None else fixed_order.to(device)
     out = {}
-    for split in ('train', 'val'):
+    for split in ('train', 'val', 'select') if keep_best else ('train', 'val'):
         for mode, name in (('l2r', 'l2r'), ('random', 'ao')):
             losses = {}
             for x, *rest in eval_batches(split, mode, generator):
@@ -553,9 +616,7 @@ def estimate_losses():
                 if fixed is not None and mode == 'l2r':
                     readings['fixed'] = [fixed.expand_as(x)]
                 for key, args in readings.items():
-                    with ctx:
-                        _, loss = eval_model(x, *args)
-                    losses.setdefault(key, []).append(loss.item())
+                    losses.setdefault(key, []).append(mean_loss(eval_model, (x, *args), ctx, EVAL_LOGITS))
             out.update({f'{split}_{key}': sum(v) / len(v) for key, v in losses.items()})
     return out | gap_losses()
 
@@ -592,7 +653,12 @@ def get_lr(it):
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
 
-def checkpoint_now():
+def elapsed_now():
+    """Seconds of training over every resume, as metrics.jsonl and the checkpoint written with it both say."""
+    return round(time.time() - start_time, 2)
+
+
+def checkpoint_now(elapsed):
     """Everything a resume needs, and what the other scripts read (the EMA weights, the vocabulary)."""
     return {
         'model': raw_model.state_dict(),
@@ -604,7 +670,8 @@ def checkpoint_now():
         'iter_num': iter_num,
         'fixed_order': fixed_order,
         'evaluated_at': evaluated_at,
-        'elapsed': time.time() - start_time,  # seconds of training, over every resume
+        'best': best,  # keep_best's reading in best.pt, or None
+        'elapsed': elapsed,
         'world_size': ddp_world_size,  # each process draws its own batches: another count is another run
         'vocab': data_vocab,  # what the token ids mean: 'gpt2' or the dataset's characters
         'config': config,
@@ -613,6 +680,7 @@ def checkpoint_now():
 
 
 metrics_path = os.path.join(out_dir, 'metrics.jsonl')
+best_path = os.path.join(out_dir, 'best.pt')
 
 
 def start_metrics():
@@ -655,12 +723,32 @@ def stop_on_nonfinite(what, value):
 
 
 stop_signal = None  # the signal that asked the run to stop (request_stop)
+evaluating = False  # an evaluation is running: a stop signal drops it at once
+
+
+class EvaluationDropped(Exception):
+    """A stop signal came during an evaluation, which can outlast a scheduler's grace period: it is not recorded."""
 
 
 def request_stop(signum, frame):
-    """SIGTERM / SIGUSR1: finish the iteration, save and exit (stop_agreed); a second signal changes nothing."""
+    """SIGTERM / SIGUSR1: finish the iteration, or drop the evaluation, then save and exit (stop_agreed); a second
+    signal changes nothing."""
     global stop_signal
     stop_signal = signum
+    if evaluating:
+        raise EvaluationDropped
+
+
+def evaluate():
+    """estimate_losses, or None when a stop signal dropped it (request_stop)."""
+    global evaluating
+    evaluating = True
+    try:
+        return None if stop_signal is not None else estimate_losses()
+    except EvaluationDropped:
+        return None
+    finally:
+        evaluating = False
 
 
 def stop_agreed():
@@ -676,7 +764,7 @@ def stop_agreed():
 def stop():
     """Save the iteration the run stopped at (unless out_dir/ckpt.pt holds it) and exit with PREEMPTED."""
     if master_process and saved_at != iter_num:
-        save_checkpoint(checkpoint_now(), ckpt_path)
+        save_checkpoint(checkpoint_now(elapsed_now()), ckpt_path)
     if master_process:
         by = signal.Signals(stop_signal).name if stop_signal else "another process's signal"
         print(f'stopped by {by} at iter {iter_num}: saved {ckpt_path}; the same command with --init_from=auto '
@@ -700,6 +788,13 @@ if wandb_log and master_process and not eval_only:
 # -----------------------------------------------------------------------------
 # training loop
 start_time = time.time() - trained_seconds
+if max_iters == 0 and init_from != 'resume' and not eval_only:  # a conversion (e.g. GPT-2's weights): written at once
+    if master_process:
+        save_checkpoint(checkpoint_now(0.0), ckpt_path)
+        print(f'--max_iters=0: wrote the starting weights to {ckpt_path}, not evaluated (--eval_only evaluates them)')
+    if ddp:
+        destroy_process_group()
+    sys.exit(0)
 log_time, log_iter = time.time(), iter_num
 tokens_per_sec = 0.0
 train_loss = torch.zeros((), device=device)  # summed on the device between logs: no sync per step
@@ -709,21 +804,25 @@ while True:
     for group in optimizer.param_groups:
         group['lr'] = lr
 
-    if not eval_only and stop_agreed():  # before an evaluation, which can outlast a scheduler's grace period
+    if not eval_only and stop_agreed():
         stop()
     evaluate_now = (iter_num % eval_interval == 0 or iter_num == max_iters) and iter_num != evaluated_at
-    if master_process and (evaluate_now or eval_only):
-        losses = estimate_losses()
-        print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
-              f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}" +
+    losses = evaluate() if master_process and (evaluate_now or eval_only) else None
+    if losses is not None:
+        epochs = iter_num * tokens_per_iter / train_size
+        print(f"iter {iter_num} (epoch {epochs:.2f}): EMA loss l2r train {losses['train_l2r']:.4f} "
+              f"val {losses['val_l2r']:.4f} | any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}" +
               (f" | fixed order train {losses['train_fixed']:.4f} val {losses['val_fixed']:.4f}"
                if 'val_fixed' in losses else '') +
-              ''.join(f" | {key[4:]} {value:.4f}" for key, value in losses.items() if key.startswith('val_gap')))
+              ''.join(f" | {key[4:]} {value:.4f}" for key, value in losses.items() if key.startswith('val_gap')) +
+              ''.join(f" | {key.replace('_', ' ')} {value:.4f}" for key, value in losses.items()
+                      if key.startswith('select')))
         if eval_only:
             break
         for name, value in losses.items():
             stop_on_nonfinite(f'EMA {name} loss', value)
-        record = dict(iter=iter_num, elapsed=round(time.time() - start_time, 2), lr=lr,
+        elapsed = elapsed_now()
+        record = dict(iter=iter_num, epochs=round(epochs, 4), elapsed=elapsed, lr=lr,
                       tokens_per_sec=round(tokens_per_sec, 1), **losses)
         if iter_num == 0 and parent is not None:  # a new run's first record says what it started from
             record['parent'] = parent['init_from']
@@ -732,10 +831,16 @@ while True:
         evaluated_at = iter_num
         if wandb_log:
             wandb.log(record)
-        if iter_num > 0 or max_iters == 0:  # --max_iters=0: the starting weights (e.g. GPT-2's, converted)
-            save_checkpoint(checkpoint_now(), ckpt_path)
+        if keep_best and (best is None or losses[f'select_{keep_best}'] < best['loss']):
+            best = dict(iter=iter_num, loss=losses[f'select_{keep_best}'])
+            save_checkpoint(checkpoint_now(elapsed), best_path)  # before ckpt.pt: a resume re-evaluates, not skips
+            print(f'saved the best {keep_best} reading so far to {best_path}')
+        if iter_num > 0:
+            save_checkpoint(checkpoint_now(elapsed), ckpt_path)
             saved_at = iter_num
             print(f'saved checkpoint to {out_dir}')
+    if evaluate_now and not eval_only and stop_agreed():  # a stop signal dropped the evaluation
+        stop()
     if eval_only or iter_num >= max_iters:
         break
 
@@ -744,7 +849,7 @@ while True:
     for micro_step in range(gradient_accumulation_steps):
         if ddp:  # all-reduce the gradients only once, on the last micro-step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        inputs = get_batch('train', order, shares=shares)
+        inputs = get_batch('train', order, shares=shares, hide=input_mask)
         with ctx:
             _, loss = model(*inputs)
             loss = loss / gradient_accumulation_steps
@@ -760,19 +865,20 @@ while True:
     iter_num += 1
 
     if iter_num % log_interval == 0 or iter_num == max_iters:
-        mean_loss = train_loss.item() / (iter_num - log_iter)  # .item() waits for the device
-        stop_on_nonfinite('the training loss', mean_loss)
+        logged_loss = train_loss.item() / (iter_num - log_iter)  # .item() waits for the device
+        stop_on_nonfinite('the training loss', logged_loss)
         now = time.time()
         tokens_per_sec = tokens_per_iter * (iter_num - log_iter) / (now - log_time)
         mfu = raw_model.estimate_mfu(tokens_per_sec / ddp_world_size, peak_flops)
         if master_process:
-            print(f'iter {iter_num}: loss {mean_loss:.4f}, {1000 * (now - log_time) / (iter_num - log_iter):.1f}ms/iter, '
+            print(f'iter {iter_num}: loss {logged_loss:.4f}, {1000 * (now - log_time) / (iter_num - log_iter):.1f}ms/iter, '
                   f'{tokens_per_sec:,.0f} tok/s, mfu {100 * mfu:.2f}%, lr {lr:.2e}')
         log_time, log_iter = now, iter_num
         train_loss.zero_()
 
 if master_process:
     print(f'done: {time.time() - start_time:.1f}s of training (over its resumes), '
-          f'peak memory {peak_memory_mb(device):,.0f} MiB')
+          f'peak memory {peak_memory_mb(device):,.0f} MiB' if not eval_only else
+          f'evaluated: peak memory {peak_memory_mb(device):,.0f} MiB')
 if ddp:
     destroy_process_group()

@@ -213,16 +213,39 @@ def l2r_cuts(batch_size, seq_len, generator=None):
     return positions >= cut, torch.where(positions == cut, float(seq_len), 0.0)
 
 
-def training_inputs(model, x, mode, generator=None, mix=None, fixed_order=None, mask_eps=1e-3, fim_max_span=0):
+def hide_inputs(batch_size, seq_len, share, generator=None):
+    """Input masking, a regularizer of a GPT trained on repeated data: which tokens (B, T) a training batch hides from
+    the decoder's inputs, each with probability `share`. Their targets stay; a hidden token reads as [None]."""
+    return torch.rand(batch_size, seq_len, generator=generator) < share
+
+
+def training_inputs(model, x, mode, generator=None, mix=None, fixed_order=None, mask_eps=1e-3, fim_max_span=0,
+                    hide=0.0):
     """The model's arguments for a training batch x (B, T), the new ones on the CPU: a decoder's orders in
-    `mode` (sample_orders); the encoder's masks and weights: its NELBO (sample_masks), or for mode 'l2r'
-    its left-to-right loss at one position per row (l2r_cuts)."""
+    `mode` (sample_orders), and with hide > 0 the inputs it hides (hide_inputs); the encoder's masks and weights:
+    its NELBO (sample_masks), or for mode 'l2r' its left-to-right loss at one position per row (l2r_cuts)."""
     B, T = x.shape
     if not model.config.is_encoder:
-        return x, sample_orders(mode, B, T, generator, mix, fixed_order, fim_max_span)
+        orders = sample_orders(mode, B, T, generator, mix, fixed_order, fim_max_span)
+        return (x, orders, hide_inputs(B, T, hide, generator)) if hide else (x, orders)
     if mode == 'l2r':
         return x, *l2r_cuts(B, T, generator)
     return x, *sample_masks(B, T, generator, mask_eps)
+
+
+def mean_loss(model, inputs, ctx, max_logits):
+    """The mean loss (a float) of a batch of the model's arguments (B, T) each, from forwards over groups of rows
+    whose logits hold at most max_logits entries: an evaluation's memory stays bounded at any vocabulary (16 x 1,024
+    rows of GPT-2's 50,304 ids are 3.3 GB in float32). Every row weighs the same, as in one forward."""
+    B, T = inputs[0].shape
+    rows = max(1, max_logits // (T * model.config.vocab_size))
+
+    def loss_of(group):
+        with ctx:
+            return model(*group)[1].item()
+    if rows >= B:
+        return loss_of(inputs)
+    return sum(loss_of([t[i:i + rows] for t in inputs]) * len(inputs[0][i:i + rows]) for i in range(0, B, rows)) / B
 
 
 def make_ema(model, decay):

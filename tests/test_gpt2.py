@@ -3,12 +3,13 @@ checkpoints.gpt2_checkpoint), exact against transformers' GPT2LMHeadModel for ea
 a checkpoint (GPT-2's or a GPT of ours) and what it records; the fine-tuning recipe's first iterations. The bad
 starts are in test_inputs.py."""
 import os
+import time
 
 import pytest
 import torch
 
 from checkpoints import load_checkpoint
-from conftest import GPT2_RUN as RUN, ROOT, metrics, run_here, save_gpt2, stored_checkpoint, train
+from conftest import GPT2_RUN as RUN, ROOT, metrics, run_here, run_script, save_gpt2, stored_checkpoint, train
 from experiments.orders import FIM_MIX
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -121,3 +122,18 @@ def test_the_finetuning_recipe_runs_its_first_iterations_from_gpt2(workdir, bpe_
     assert [r['iter'] for r in records] == [0, 3] and records[0]['parent'] == folder
     assert all(key in records[-1] for key in ('val_gap_span4', 'val_gap_span16_left'))
     assert stored_checkpoint(workdir, 'out-finetune')['config']['order_mix'] == FIM_MIX
+
+
+def test_a_conversion_at_the_defaults_takes_the_parents_block_and_writes_at_once(workdir, bpe_shakespeare, tiny_gpt2):
+    """--init_from=<a GPT-2 folder> --max_iters=0 with none of the block's or the evaluation's settings, as a nanoGPT
+    user types it: the run takes the parent's block (1,023: GPT-2's 1,024 positions less the start slot), says so,
+    and writes the converted weights without evaluating them (at the defaults 200 batches of 16 x 1,023 tokens
+    through the 50,257-id head, hours on 2 cores), in seconds."""
+    start = time.time()
+    out = run_script('train.py', f'--init_from={tiny_gpt2}', '--max_iters=0', '--dataset=shakespeare',
+                     '--out_dir=out-gpt2-defaults', '--device=cpu', '--compile=False', cwd=workdir).stdout
+    seconds = time.time() - start
+    assert f'block_size = 1023, the block of {tiny_gpt2}' in out and 'not evaluated' in out and 'EMA loss' not in out
+    checkpoint = stored_checkpoint(workdir, 'out-gpt2-defaults')
+    assert checkpoint['config']['block_size'] == 1023 and checkpoint['iter_num'] == 0
+    assert seconds < 60, seconds

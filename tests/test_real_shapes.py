@@ -33,6 +33,15 @@ def test_train(workdir, real_ckpt):
     assert peak < 4000
 
 
+def test_an_evaluation_holds_a_rows_logits_not_the_batchs(workdir, real_ckpt):
+    # 4 rows of 1,025 x 50,304 logits are 825 MB in float32, and cross-entropy keeps as much again: train.py's
+    # evaluation reads a batch a group of rows at a time (training.mean_loss), here one row
+    out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real', '--eval_only', '--device=cpu',
+                                '--dtype=float32', '--compile=False', '--batch_size=4', '--eval_iters=1', cwd=workdir)
+    print(f'train.py --eval_only, 4 rows of block 1024: peak {peak:.0f} MB')
+    assert 'EMA loss' in out and peak < 1300
+
+
 @pytest.mark.parametrize('args', [[], ['--steps=64'], ['--order=confidence', '--steps=16'], ['--speculate=8']])
 @pytest.mark.needs('gpt2_bpe')
 def test_sample_1024_tokens(workdir, real_ckpt, args):
