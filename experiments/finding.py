@@ -16,13 +16,13 @@ class Sweep:
 
 @dataclass(frozen=True)
 class Finding:
-    """One finding: what --only calls it and the results title it; the kinds of model it compares (each is swept
-    first, sweep.py; chosen: {kind: (point, run name, rows)}); the runs, evaluations and analysis it adds."""
+    """One finding: what --only calls it and the title results.md gives it; the kinds of model it compares (each is
+    swept first, sweep.py; chosen: {kind: (point, run name, rows)}); the runs, evaluations and analysis it adds."""
     name: str
     title: str
     kinds: tuple
     analyse: Callable  # (Measured, preset, runs folder) -> ([figure files], [claims]): its figures and verdicts
-    runs: Callable = None  # (preset, chosen, seeds, its sweep's choice) -> {run name: train.py flags}
+    runs: Callable = None  # (preset, chosen, seeds[, its sweep's choice]) -> {run name: train.py flags}
     evaluations: Callable = None  # (preset, seeds, {run name: folder}) -> [jobs.Job]
     sweep: Sweep = None
     kind_seeds: bool = True  # it reads the kinds' own seeds (<kind>-s<seed>), not only their chosen settings
