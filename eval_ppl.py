@@ -70,7 +70,7 @@ import time
 
 import torch
 
-from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
+from benchmarks import BIN_SETS, KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
 from checkpoints import checkpoint_tokens, training_record
 from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
                     is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint, trained_block)
@@ -92,6 +92,8 @@ pipeline = 'paper'  # 'paper': the authors' rows and per-batch chunks; 'clean': 
 block_size = 0  # 0: the block the checkpoint's run trained on (its model's block_size, or a smaller one it records)
 ensemble = 1  # the largest ensemble of context orders; 1, 2, 4, ... up to it are reported
 max_chunks = 0  # 0: every chunk; else only the first max_chunks (quick looks)
+half = ''  # of a token file (a data/ set's val.bin): '' all, 'select' its first half or 'report' its second
+# (train.py --keep_best chose the checkpoint on the first)
 max_tokens = 32768  # slots per forward pass, which bounds memory
 use_ema = True  # the EMA weights (the raw ones if there are none); False: the raw ones
 seed = 1337
@@ -124,7 +126,8 @@ def check_inputs(names):
     """Everything that can be checked before any work: settings, device, names, output folder."""
     check_settings(globals(), {'ensemble': at_least(1), 'max_tokens': at_least(1), 'max_chunks': at_least(0),
                                'block_size': at_least(0), 'split': one_of(*SPLITS), 'pipeline': one_of(*PIPELINES),
-                               'l2r_dtype': one_of('auto', *DTYPES), 'mc_samples': at_least(1)})
+                               'l2r_dtype': one_of('auto', *DTYPES), 'mc_samples': at_least(1),
+                               'half': (lambda v: v in ('', 'select', 'report'), "'', 'select' or 'report'")})
     hf = is_hf_model(init_from)
     check_device(device, dtype)
     check_device(device, l2r_precision(l2r_dtype, device, hf))
@@ -141,6 +144,9 @@ def check_inputs(names):
         fail(f'{data_file} not found')
     if data_file and not data_file.endswith(('.txt', '.jsonl', '.bin')):
         fail(f'--data_file must be a .txt, .jsonl or .bin file, got {data_file}')
+    texts = [name for name in names if name not in BIN_SETS and not name.endswith('.bin')]
+    if half and texts:
+        fail(f'--half={half} halves a token file (a data/ set, or a .bin), not {texts[0]}: drop --half')
     if out_json and not os.path.isdir(os.path.dirname(os.path.abspath(out_json))):
         fail(f'--out_json={out_json}: its folder does not exist')
     gap_settings_of(gaps)
@@ -188,6 +194,8 @@ def main(given=()):
     sets = {}
     for name in names:  # read and check every set before evaluating any
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)
+        if half:  # one document: the val.bin train.py cut in two with --keep_best
+            docs = [doc[len(doc) // 2:] if half == 'report' else doc[:len(doc) // 2] for doc in docs]
         note = check_tokens(name, docs, data_tokens, model_tokens, n)
         if note:
             print(note)

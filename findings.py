@@ -8,7 +8,7 @@ run over seeds, and every claim gets its effect, a 95% interval, its n and a ver
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt,streams   # ours (kinds' sweeps first)
+    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt,streams,scarce   # ours
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 The findings, in the order they run and report (experiments/registry.py); what each runs and claims is in its module
@@ -27,6 +27,7 @@ plateau.py, the others: <name>.py), how they are run and judged in experiments/p
   orders   (ours) the any-order tax: which training orders make AO-GPT worth picking
   adapt    (ours) AO-GPT from a GPT: left to right first, any order after
   streams  (ours) two streams, keys and values that carry no target, against one
+  scarce   (ours) data-constrained training: AO-GPT against a tuned GPT as the data repeats
 Resumable: a second call trains only what is missing, and only redraws once everything ran (experiments/jobs.py).
 """
 from configurator import configure
@@ -34,7 +35,7 @@ from experiments.pipeline import main
 
 # -----------------------------------------------------------------------------
 preset = 'cpu'  # 'cpu', 'gpu' or 'smoke'
-only = ''  # comma list of findings (1, 2, 3, 4, 6, 8, plateau, long, length, infill, orders, adapt; 5, 7: 4, 6); '' all
+only = ''  # comma list of the findings above (5 and 7: parts of 4 and 6); '' all
 out_dir = ''  # '': findings-<preset>
 seeds = 0  # seeds of every kind; 0: the preset's
 workers = 0  # runs side by side; 0: the preset's

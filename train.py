@@ -136,7 +136,8 @@ check_settings(globals(), {
     'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'input_mask': (lambda v: 0 <= v < 1, 'in [0, 1)'),
-    'keep_best': (lambda v: v in ('', 'l2r', 'ao'), "'' (no best checkpoint), 'l2r' or 'ao'"), 'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
+    'keep_best': (lambda v: v in ('', 'l2r', 'ao'), "'' (no best checkpoint), 'l2r' or 'ao'"),
+    'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
     'target_init_std': above(0),
     # adaLN's gate multiplies its block's output (no sigmoid; model.AdaLNBlock): 0 shuts the block, 1 opens it.
     # A start past ±10 has no use, and a huge one overflows float16 (max 65504): NaN before the first step
@@ -225,9 +226,17 @@ def check_same_data(saved):
         if saved.get(key, default) != config[key]:
             fail(f"--{key}={config[key]!r} is not the run's ({saved.get(key, default)!r} in {ckpt_path}): resume "
                  f"with --{key}={saved.get(key, default)!r}, or start a new out_dir")
-    if order_stages and order_stages == saved.get('order_stages') and stages != run_stages(saved):
+    if order_stages and order_stages == saved.get('order_stages') and stages != saved_stages(saved):
         fail(f'--order_stages: the stages at --max_iters={max_iters} are not the ones {ckpt_path} was trained on '
              f"(--max_iters={saved['max_iters']}): a percentage moves with max_iters; give the knots in iterations")
+
+
+def saved_stages(saved):
+    """The order stages a checkpoint's run was trained on (training.run_stages); None where they no longer parse."""
+    try:
+        return run_stages(saved)
+    except ValueError:
+        return None
 
 
 def read_parent(path):
@@ -871,7 +880,8 @@ while True:
         tokens_per_sec = tokens_per_iter * (iter_num - log_iter) / (now - log_time)
         mfu = raw_model.estimate_mfu(tokens_per_sec / ddp_world_size, peak_flops)
         if master_process:
-            print(f'iter {iter_num}: loss {logged_loss:.4f}, {1000 * (now - log_time) / (iter_num - log_iter):.1f}ms/iter, '
+            print(f'iter {iter_num}: loss {logged_loss:.4f}, '
+                  f'{1000 * (now - log_time) / (iter_num - log_iter):.1f}ms/iter, '
                   f'{tokens_per_sec:,.0f} tok/s, mfu {100 * mfu:.2f}%, lr {lr:.2e}')
         log_time, log_iter = now, iter_num
         train_loss.zero_()

@@ -10,7 +10,7 @@ The findings that findings.py runs, one module per finding or family of findings
     pipeline.py   sweep, choose, plan, run, analyse, write: findings.py's steps
 
     left_to_right.py (1, 2, 3), ensembles.py (4), generation.py (6), adaln.py (8), plateau.py (plateau, long),
-    length.py, infill.py, orders.py, adapt.py, streams.py (readings.py: how the last three read their runs)
+    length.py, infill.py, orders.py, adapt.py, streams.py (readings.py: how the last three read their runs), scarce.py
 
 How to add a finding: docs/findings.md.
 """

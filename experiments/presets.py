@@ -61,6 +61,14 @@ PRESETS = {
         # finding streams: its arms on finding orders' second corpus (two streams at the same iterations, named before
         # the runs rather than the winner after them)
         streams=dict(second_arms=('gpt', 'fim-mix', 'two')),
+        # finding scarce: the same iterations on prefixes of the train split ((corpus, characters, arms), the main
+        # one first: the regularizers are swept there), about 120 and 30 epochs; the gaps read in training (spans);
+        # the sweep's dropout, each alone and with one more regularizer; each best checkpoint's ensembles
+        scarce=dict(train=dict(max_iters=6000, lr_decay_iters=6000, eval_interval=250),
+                    prefixes=(('', 50_000, ('gpt', 'fim-mix', 'paper', 'encoder')),
+                              ('', 200_000, ('gpt', 'fim-mix', 'paper')), ('wikitext2_char', 50_000, ('gpt', 'fim-mix'))),
+                    spans=(1, 4, 16), dropout=(0.1, 0.3), extras=({}, dict(weight_decay=0.5), dict(input_mask=0.15)),
+                    eval=dict(ensemble=16, max_chunks=100)),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
                  top_p_mode='authors', num_samples=32, batch_size=32),
         scorer='l2r',  # the l2r kind's first run
@@ -97,6 +105,10 @@ PRESETS = {
         adapt=dict(grid=(1e-2,), larger=dict(tag='w64', train=dict(n_embd=64), seeds=2,
                                              arms=('gpt', 'fim-mix', 'half-staged'))),
         streams=dict(second_arms=()),
+        scarce=dict(train=dict(max_iters=30, lr_decay_iters=30, eval_interval=10),
+                    prefixes=(('', 2_000, ('gpt', 'fim-mix', 'paper', 'encoder')), ('', 4_000, ('gpt', 'fim-mix'))),
+                    spans=(1, 4), dropout=(0.1,), extras=({}, dict(input_mask=0.15)),
+                    eval=dict(ensemble=4, max_chunks=4, mc_samples=4)),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
                  batch_size=4),
         scorer='l2r',

@@ -3,7 +3,8 @@ The findings, in the order they run and report (results.md, results.json and the
 numbered by its figure that shows them (sample quality is its Table 2), then ours. --only names them.
 """
 from common import fail
-from experiments import adaln, adapt, ensembles, generation, infill, left_to_right, length, orders, plateau, streams
+from experiments import (adaln, adapt, ensembles, generation, infill, left_to_right, length, orders, plateau, scarce,
+                         streams)
 from experiments.presets import PRESETS
 
 FINDINGS = {finding.name: finding for finding in (
@@ -20,6 +21,7 @@ FINDINGS = {finding.name: finding for finding in (
     orders.FINDING,
     adapt.FINDING,
     streams.FINDING,
+    scarce.FINDING,
 )}
 ALIASES = {'5': '4', '7': '6'}
 # {run-name prefix: (name, final record) -> its own loss}: the runs the findings name otherwise than by their kind

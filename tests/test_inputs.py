@@ -184,6 +184,15 @@ TRAIN = [
     (['bad/raises.py'], ('bad/raises.py', 'ZeroDivisionError')),
     (['bad/listed.py'], ('batch_size', 'bad/listed.py', 'plain value')),
     (['bad/missing.py'], ("config file 'bad/missing.py' not found",)),
+    (['--train_tokens=1e9'], ('--train_tokens=1,000,000,000 is more than', 'train.bin holds', 'at most that')),
+    (['--train_tokens=32'], ('--train_tokens=32', 'block_size + 1', 'at least 33')),
+    (['--train_tokens=5e3.5'], ('--train_tokens',)),
+    (['--train_tokens=1.5'], ('--train_tokens', 'int')),
+    (['--train_tokens=-1'], ('--train_tokens', 'at least 0')),
+    (['--keep_best=val'], ('--keep_best', "'l2r' or 'ao'", "got 'val'")),
+    (['--keep_best=l2r', '--val_dataset=wikitext2'], ('--keep_best', 'first half', 'drop --val_dataset=wikitext2')),
+    (['--input_mask=1'], ('--input_mask', '[0, 1)')),
+    (['--input_mask=0.1', '--architecture=encoder'], ('--input_mask', 'the encoder', 'drop it')),
 ]
 
 
@@ -235,6 +244,8 @@ def test_sample_bad_input(workdir, char_ckpt, files, args, parts):
 
 
 EVAL = [
+    (['--half=first'], ('--half', "'select' or 'report'", "got 'first'")),
+    (['--half=report', '--dataset=wikitext2'], ('--half=report', 'token file', 'not wikitext2', 'drop --half')),
     (['--dataset=wikitext3'], ("unknown dataset 'wikitext3'", 'wikitext2, wikitext103, ptb')),
     (['--dataset=,'], ('--dataset is empty',)),
     (['--ensemble=0'], ('--ensemble', 'at least 1')),
@@ -280,6 +291,24 @@ EVAL = [
 @pytest.mark.parametrize('args,parts', EVAL)
 def test_eval_ppl_bad_input(workdir, char_ckpt, bpe_ckpt, files, sized_data, args, parts):
     says(one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', *args, cwd=workdir), *parts)
+
+
+def test_a_resume_with_another_prefix_or_moved_knots_is_one_line_and_keeps_the_checkpoint(workdir):
+    """A resumed run goes on with the prefix, the selection and the order stages it started with: another
+    --train_tokens or --keep_best, or knots in percentages that another --max_iters would move, end in one line."""
+    stages = '--order_stages=l2r:1@0/random:1@50%'
+    first = ['--train_tokens=2000', '--keep_best=l2r', stages]
+    conftest.train(workdir, 'out-resume-checks', *first, '--max_iters=4', '--eval_interval=4', '--lr_decay_iters=8')
+    path = workdir / 'out-resume-checks' / 'ckpt.pt'
+    before = path.read_bytes()
+    for args, parts in [(['--train_tokens=3000', '--keep_best=l2r', stages], ('--train_tokens=3000', '2000',
+                                                                               'resume with --train_tokens=2000')),
+                        (['--keep_best=l2r', stages], ('--train_tokens=0', 'resume with --train_tokens=2000')),
+                        (['--train_tokens=2000', stages], ("--keep_best=''", "resume with --keep_best='l2r'")),
+                        ([*first[:2], stages], ('--order_stages', '--max_iters=8', 'percentage', 'in iterations'))]:
+        says(one_line_error('train.py', *conftest.TINY, '--dataset=shakespeare_char', '--out_dir=out-resume-checks',
+                            '--init_from=resume', '--max_iters=8', '--lr_decay_iters=8', *args, cwd=workdir), *parts)
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize('mirror,problem', [('nowhere', 'does not exist'), ('bad/notes.pt', 'is a file')])
