@@ -142,6 +142,15 @@ def table(head, rows):
     return '\n'.join('| ' + ' | '.join(row) + ' |' for row in [head, ['---'] * len(head), *rows])
 
 
+def prefix_text(trained):
+    """A run on a prefix of its train split (train.py --train_tokens): how much, and how often it was read."""
+    unique = trained['config'].get('train_tokens')
+    if not unique:
+        return ''
+    epochs = f", {trained['tokens'] / unique:.1f} epochs" if trained['tokens'] else ''
+    return f' (its first {unique:,} tokens only{epochs})'
+
+
 def started_from(parent):
     """The card's line on the checkpoint a run started from, and on what that one started from."""
     iterations = f"{parent['iterations']:,} iterations, " if parent['iterations'] is not None else ''
@@ -173,7 +182,7 @@ def model_card(model, config, source, name, results):
         tokens = f" ({trained['tokens']:,} tokens)" if trained['tokens'] else ''
         orders = f" in these orders: {trained['orders']}" if trained.get('orders') else ''
         lines.append(f"{trained['iterations']:,} iterations{tokens} of ao-gpt's `train.py`"
-                     + (f' on {dataset}' if dataset else '') + f'{orders}. Its settings:')
+                     + (f' on {dataset}' if dataset else '') + prefix_text(trained) + f'{orders}. Its settings:')
         lines += ['', table(['setting', 'value'], [[k, f'`{v}`'] for k, v in sorted(trained['config'].items())])]
     if trained.get('parent'):
         lines += ['', started_from(trained['parent'])]

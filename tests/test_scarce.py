@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import metrics, stored_checkpoint, tiny_model, train
+from conftest import metrics, run_here, stored_checkpoint, tiny_model, train
 from training import training_inputs
 
 SHORT = ['--weight_decay=0', '--max_iters=10', '--lr_decay_iters=10', '--eval_interval=10']
@@ -48,6 +48,9 @@ def test_epochs_count_the_prefix(workdir):
     train(workdir, 'out-epochs', '--train_tokens=1024', *SHORT)  # 10 iterations of 8 x 32 tokens
     assert [r['epochs'] for r in metrics(workdir, 'out-epochs')] == [0, 2.5]
     assert stored_checkpoint(workdir, 'out-epochs')['config']['train_tokens'] == 1024
+    run_here('export.py', '--out_dir=out-epochs', '--out=epochs-folder', cwd=workdir)
+    card = (workdir / 'epochs-folder' / 'README.md').read_text()
+    assert 'on shakespeare_char (its first 1,024 tokens only, 2.5 epochs)' in card
 
 
 OVERFIT = ['--train_tokens=40', '--learning_rate=1e-2', '--max_iters=30', '--lr_decay_iters=30', '--eval_interval=5',
