@@ -797,18 +797,15 @@ if wandb_log and master_process and not eval_only:
 # -----------------------------------------------------------------------------
 # training loop
 start_time = time.time() - trained_seconds
-if max_iters == 0 and init_from != 'resume' and not eval_only:  # a conversion (e.g. GPT-2's weights): written at once
-    if master_process:
-        save_checkpoint(checkpoint_now(0.0), ckpt_path)
-        print(f'--max_iters=0: wrote the starting weights to {ckpt_path}, not evaluated (--eval_only evaluates them)')
-    if ddp:
-        destroy_process_group()
-    sys.exit(0)
+written_only = max_iters == 0 and init_from != 'resume' and not eval_only  # a conversion (GPT-2's, say): no evaluation
+if written_only and master_process:
+    save_checkpoint(checkpoint_now(0.0), ckpt_path)
+    print(f'--max_iters=0: wrote the starting weights to {ckpt_path}, not evaluated (--eval_only evaluates them)')
 log_time, log_iter = time.time(), iter_num
 tokens_per_sec = 0.0
 train_loss = torch.zeros((), device=device)  # summed on the device between logs: no sync per step
 saved_at = iter_num if init_from == 'resume' else None  # the iteration out_dir/ckpt.pt holds
-while True:
+while not written_only:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
         group['lr'] = lr
@@ -819,13 +816,13 @@ while True:
     losses = evaluate() if master_process and (evaluate_now or eval_only) else None
     if losses is not None:
         epochs = iter_num * tokens_per_iter / train_size
-        print(f"iter {iter_num} (epoch {epochs:.2f}): EMA loss l2r train {losses['train_l2r']:.4f} "
-              f"val {losses['val_l2r']:.4f} | any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}" +
+        print(f"iter {iter_num}: EMA loss l2r train {losses['train_l2r']:.4f} val {losses['val_l2r']:.4f} | "
+              f"any-order train {losses['train_ao']:.4f} val {losses['val_ao']:.4f}" +
               (f" | fixed order train {losses['train_fixed']:.4f} val {losses['val_fixed']:.4f}"
                if 'val_fixed' in losses else '') +
               ''.join(f" | {key[4:]} {value:.4f}" for key, value in losses.items() if key.startswith('val_gap')) +
               ''.join(f" | {key.replace('_', ' ')} {value:.4f}" for key, value in losses.items()
-                      if key.startswith('select')))
+                      if key.startswith('select')) + (f' | epoch {epochs:.2f}' if train_tokens else ''))
         if eval_only:
             break
         for name, value in losses.items():
@@ -886,7 +883,7 @@ while True:
         log_time, log_iter = now, iter_num
         train_loss.zero_()
 
-if master_process:
+if master_process and not written_only:
     print(f'done: {time.time() - start_time:.1f}s of training (over its resumes), '
           f'peak memory {peak_memory_mb(device):,.0f} MiB' if not eval_only else
           f'evaluated: peak memory {peak_memory_mb(device):,.0f} MiB')
