@@ -106,7 +106,7 @@ PRESETS = {
                                              arms=('gpt', 'fim-mix', 'half-staged'))),
         streams=dict(second_arms=()),
         scarce=dict(train=dict(max_iters=30, lr_decay_iters=30, eval_interval=10),
-                    prefixes=(('', 2_000, ('gpt', 'fim-mix', 'paper', 'encoder')), ('', 4_000, ('gpt', 'fim-mix'))),
+                    prefixes=(('', 2_000, ('gpt', 'fim-mix', 'paper', 'encoder')),),
                     spans=(1, 4), dropout=(0.1,), extras=({}, dict(input_mask=0.15)),
                     eval=dict(ensemble=4, max_chunks=4, mc_samples=4)),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
