@@ -743,8 +743,8 @@ def request_stop(signum, frame):
     """SIGTERM / SIGUSR1: finish the iteration, or drop the evaluation, then save and exit (stop_agreed); a second
     signal changes nothing."""
     global stop_signal
-    stop_signal = signum
-    if evaluating:
+    first, stop_signal = stop_signal is None, signum
+    if evaluating and first:  # the second signal may land while the first one's exception is handled
         raise EvaluationDropped
 
 
