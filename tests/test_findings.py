@@ -919,3 +919,66 @@ def test_smoke_streams_end_to_end(smoke_adapt_streams):
     assert json.loads((runs / 'streams-two-half-s1' / 'args.json').read_text())['max_iters'] == 15
     assert json.loads((runs / 'streams-queries-s1' / 'args.json').read_text())['target_injection'] == 'queries'
     assert (runs / 'orders-fim-mix-s1' / 'gen_orders.json').exists() and (runs / 'streams-two-s1' / 'gaps.json').exists()
+
+
+# finding scarce's synthetic arms: (selection reading, val reading) at 4 evaluations of epochs 0 to 3; the best is
+# the lowest selection reading, and val is what the claims read there
+SCARCE_CURVES = {'gpt': ([3.0, 2.0, 2.5, 2.9], [3.1, 2.1, 2.05, 3.0]),  # its lowest val is not its best
+                 'fim-mix': ([3.0, 2.6, 1.9, 2.0], [3.1, 2.7, 1.95, 2.1]),
+                 'paper': ([3.0, 2.6, 1.9, 2.0], [3.1, 2.7, 2.05, 2.2]),
+                 'encoder': ([3.0, 2.4, 2.2, 2.3], [3.1, 2.5, 2.25, 2.35])}
+
+
+def write_scarce_arm(runs, name, arm, shift):
+    """A run folder as finding scarce reads it: metrics.jsonl (the readings at every evaluation, the gaps of 4 at 1.5
+    both sides and 1.8 from the left) and best.json (two chunks' NLLs: left to right 2.0 and 2.2, an ensemble of 4
+    0.2 lower)."""
+    folder = runs / name
+    folder.mkdir(parents=True)
+    select, val = SCARCE_CURVES[arm]
+    records = [dict(iter=10 * i, epochs=float(i), select_l2r=s + shift, select_ao=s + shift, val_l2r=v + shift,
+                    val_ao=v + shift, val_gap_span4=1.5 + shift, val_gap_span4_left=1.8 + shift)
+               for i, (s, v) in enumerate(zip(select, val))]
+    (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+    chunk_nll = {'l2r': [2.0 + shift, 2.2 + shift], '1': [1.9 + shift, 2.1 + shift], '4': [1.8 + shift, 2.0 + shift]}
+    (folder / 'best.json').write_text(json.dumps(dict(block_size=32, results=dict(shakespeare_char=dict(
+        chunk_nll=chunk_nll)))))
+    return str(folder)
+
+
+def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
+    """Synthetic arms with known curves: each claim reads each run at its lowest selection reading (not its last, not
+    its lowest val), the ensemble against the GPT and the mixture of its seeds is paired by chunk, and the crossover
+    is the first epoch whose best so far is below the GPT's."""
+    from experiments.measure import Measured
+    from experiments.presets import PRESETS
+    from experiments.scarce import SCARCE_ARMS, finding_scarce, scarce_run
+    p = PRESETS['smoke']
+    seeds, runs, folders = [1337, 1], tmp_path / 'runs', {}
+    for i, s in enumerate(seeds):
+        for arm in SCARCE_ARMS:
+            name = scarce_run(arm, 2000, s)
+            folders[name] = write_scarce_arm(runs, name, arm, 0.02 * i)
+    m = Measured(folders, str(tmp_path), seeds, unigram=4.2)
+    figures, claims = finding_scarce(m, p)
+    assert figures == ['ours_scarce_2k.png'] and (tmp_path / figures[0]).read_bytes().startswith(PNG)
+    effect = lambda start, arm='fim-mix': next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
+                                               if c['claim'].startswith(start.format(arm=SCARCE_ARMS[arm][0])))
+    assert effect('(Ours) On 2,000 characters repeated for 30 iterations (3 epochs), {arm} reads') == \
+        pytest.approx(2.1 - 1.95)
+    assert effect('(Ours) On 2,000 characters repeated for 30 iterations (3 epochs), {arm} reads', 'paper') == \
+        pytest.approx(2.1 - 2.05)
+    assert effect('(Ours) On 2,000 characters, {arm} with an ensemble of 4 context orders reads better than the '
+                  'tuned GPT') == pytest.approx(0.2)
+    # the mixture of two GPTs whose chunks read 0.02 apart: -log of the mean of their probabilities, per character
+    mixture = [-(math.log((math.exp(-32 * g) + math.exp(-32 * (g + 0.02))) / 2)) / 32 for g in (2.0, 2.2)]
+    expected = sum(m_ - (a + 0.01) for m_, a in zip(mixture, (1.8, 2.0))) / 2
+    assert effect("(Ours) On 2,000 characters, {arm} with an ensemble of 4 context orders reads better than the "
+                  'mixture') == pytest.approx(expected)
+    assert effect('(Ours) On 2,000 characters, {arm} fills gaps of 4') == pytest.approx(0.3)
+    assert effect('(Ours) On 2,000 characters, {arm} reaches its best evaluation later') == pytest.approx(1.0)
+    assert effect('(Ours) On 2,000 characters, the encoder MDM') == pytest.approx(1.95 - 2.25)
+    numbers = claims[0]['numbers']
+    assert numbers[f"{SCARCE_ARMS['fim-mix'][0]}: epochs after which its best so far reads left to right below the "
+                   "GPT's"] == 2.0
+    assert numbers[f"{SCARCE_ARMS['gpt'][0]}: at its best evaluation, epoch"]['mean'] == 1.0
