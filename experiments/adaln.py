@@ -5,6 +5,7 @@ reading of its EMA weights).
 """
 import os
 
+from experiments.ensembles import ensemble_job
 from experiments.finding import Finding
 from experiments.jobs import script_job
 from experiments.measure import LOSS, between_runs, claim
@@ -22,11 +23,13 @@ CLAIMS = {
 
 
 def evaluations(p, seed_list, folders):
-    """eval_ppl.py on each seed's AO-GPT with its raw weights (one order: the EMA's reading is finding 4's)."""
+    """eval_ppl.py on each seed's AO-GPT with its raw weights (one order) beside finding 4's reading of its EMA
+    weights (which runs once when both findings run)."""
     data = dict(dataset=p['dataset']) | p['eval'] | dict(ensemble=1, use_ema=False)
-    return [script_job(f'eval mixed-s{s} raw weights', 'eval_ppl.py', dict(out_dir=folder) | data,
-                       os.path.join(folder, 'eval_raw.json'), needs=[folder])
-            for s, folder in ((s, folders[f'mixed-s{s}']) for s in seed_list)]
+    return [job for s, folder in ((s, folders[f'mixed-s{s}']) for s in seed_list)
+            for job in (script_job(f'eval mixed-s{s} raw weights', 'eval_ppl.py', dict(out_dir=folder) | data,
+                                   os.path.join(folder, 'eval_raw.json'), needs=[folder]),
+                        ensemble_job(p, s, folders))]
 
 
 def finding_8(m):

@@ -20,15 +20,22 @@ CLAIMS = {
 }
 
 
+def ensemble_job(p, s, folders):
+    """eval_ppl.py on seed s's AO-GPT, ensembles of context orders (eval.json; finding 8 reads its one order too)."""
+    mixed = folders[f'mixed-s{s}']
+    return script_job(f'eval mixed-s{s}', 'eval_ppl.py', dict(out_dir=mixed, dataset=p['dataset']) | p['eval'],
+                      os.path.join(mixed, 'eval.json'), needs=[mixed])
+
+
 def evaluations(p, seed_list, folders):
     """eval_ppl.py on each seed's AO-GPT (ensembles of context orders) and encoder (its NELBO bound)."""
-    jobs, data = [], dict(dataset=p['dataset']) | p['eval']
+    jobs = []
     for s in seed_list:
-        mixed, encoder = folders[f'mixed-s{s}'], folders[f'encoder-s{s}']
-        jobs.append(script_job(f'eval mixed-s{s}', 'eval_ppl.py', dict(out_dir=mixed) | data,
-                               os.path.join(mixed, 'eval.json'), needs=[mixed]))
+        encoder = folders[f'encoder-s{s}']
+        jobs.append(ensemble_job(p, s, folders))
         jobs.append(script_job(f'eval encoder-s{s}', 'eval_ppl.py',
-                               dict(out_dir=encoder) | data | dict(ensemble=1, encoder_l2r=False),
+                               dict(out_dir=encoder, dataset=p['dataset']) | p['eval'] |
+                               dict(ensemble=1, encoder_l2r=False),
                                os.path.join(encoder, 'eval.json'), needs=[encoder]))
     return jobs
 

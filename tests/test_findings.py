@@ -96,6 +96,18 @@ def test_the_dry_run_plans_the_jobs_it_planned_before_the_split(preset):
         assert dry_run(preset) == json.load(f)[preset]
 
 
+def test_finding_8_alone_plans_the_ema_reading_its_claim_reads():
+    """The EMA claim reads finding 4's one-order reading of the EMA weights (eval.json) beside the raw weights':
+    --only=8 on a fresh out_dir plans both (it ended in a FileNotFoundError), and with 4 each runs once."""
+    from experiments.pipeline import evaluation_jobs
+    from experiments.presets import PRESETS
+    folders = {f'{kind}-s{s}': f'runs/{kind}-s{s}' for kind in ('mixed', 'encoder') for s in (1337, 1)}
+    alone = {job.log for job in evaluation_jobs(['8'], PRESETS['smoke'], [1337, 1], folders)}
+    assert alone == {f'runs/mixed-s{s}/{log}' for s in (1337, 1) for log in ('eval.log', 'eval_raw.log')}
+    both = [job.log for job in evaluation_jobs(['4', '8'], PRESETS['smoke'], [1337, 1], folders)]
+    assert len(both) == len(set(both)) == 6
+
+
 def test_the_script_lists_the_registrys_findings_in_order():
     """findings.py's docstring names every finding of experiments/registry.py, one a line, in the registry's order."""
     import ast
