@@ -234,6 +234,7 @@ MATRIX_DECODERS = [('ao-gpt', tiny_model), ('ao-gpt-rotary', lambda: tiny_model(
                    ('two-stream', lambda: tiny_model(target_injection='two_stream', position_encoding='rotary'))]
 
 
+@pytest.mark.slow  # 25 decodings traced by dynamo
 def test_compiled_sampling_draws_eager_tokens_over_every_documented_use(fresh_dynamo, monkeypatch):
     """One process, the recompile limit as shipped, five models: every order, both schedules, a grid of steps,
     infill templates, speculation with several k, batches with a remainder (generate_many, as gen_ppl and the

@@ -390,6 +390,7 @@ def task_manager():
     return TaskManager(include_path=os.path.join(ROOT, 'tasks'), include_defaults=False)  # ours only: seconds
 
 
+@pytest.mark.slow  # lm-eval's task index, in a fresh interpreter
 @pytest.mark.needs('wikitext2', 'lambada')
 def test_the_script_runs_the_harness_offline(workdir, char_ckpt, tmp_path):
     skip_without_the_mirror()
@@ -473,6 +474,7 @@ def test_speculate_auto_in_model_args_as_in_sample_py(workdir, char_ckpt):
     assert harness.AOGPTLM.create_from_arg_string(args + '3', {'device': 'cpu'}).generator.speculate == 3
 
 
+@pytest.mark.slow  # lm-eval's task index, in a fresh interpreter
 def test_an_unknown_task_is_one_line(workdir, char_ckpt):
     message = one_line_error('lm_eval_ao.py', '--tasks', 'no_such_task', '--model_args',
                              f'checkpoint={char_ckpt}/ckpt.pt', cwd=workdir)

@@ -269,6 +269,7 @@ def test_encoder_bad_settings_are_one_line(workdir, args, parts):
          *parts)
 
 
+@pytest.mark.slow  # torchrun: two processes
 def test_ddp_two_processes_with_gloo(workdir):
     out = run_script('train.py', *TINY, '--out_dir=out-ddp', '--gradient_accumulation_steps=2', '--max_iters=8',
                      '--eval_interval=8', cwd=workdir, nproc=2)
