@@ -15,7 +15,8 @@ seed; for generation order, steps, temperature, top_p, top_k, speculate (k, or '
 max_gen_toks (the defaults a task's gen_kwargs override; its do_sample=True samples at temperature 1 where
 neither gives one) and compile (True: each decoding step compiled, as sample.py's).
 
-Text in, text out with the checkpoint's own tokenizer. A text holding characters outside a char
+Text in, text out with the checkpoint's own tokenizer. block_size below is the block the run trained on
+(common.trained_block: a run from GPT-2 at --block_size=128 reads 128), as sample.py and eval_ppl.py read it. A text holding characters outside a char
 model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
 generation gives ''), with one warning naming the characters. model_args given as text are read by
 their defaults' types, as sample.py reads its flags (use_ema=no is False).
@@ -71,7 +72,7 @@ from tqdm import tqdm
 from checkpoints import checkpoint_vocab, token_count
 from common import (SAMPLING_RULES, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_device,
                     check_settings, check_speculation_steps, check_steps, default_device, fail, find_checkpoint,
-                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint)
+                    int_at_least, load_tokenizer, one_of, optional_int, read_checkpoint, trained_block)
 from configurator import check_key, parse_text
 from engine import Sampling, compile_decoding, count_of, generate, speculation_k
 from scoring import (HEAD_COST, content_seed, encoder_l2r_logprobs, mixture_logprobs, nelbo_estimates, query_logprobs,
@@ -123,9 +124,11 @@ class AOGPTLM(LM):
         if compile:  # the generation's steps (scoring runs eager: its shapes vary with every batch of requests)
             compile_decoding(self.model, dtype)
         self._device, ctx = torch.device(device), autocast(device, dtype)  # _device: LM.device's
-        self.tokenizer = Tokenizer.from_checkpoint(ckpt, self.model.config, path)
-        self.scorer = Scorer(model=self.model, device=self._device, ctx=ctx, score=score, ensemble=ensemble, seed=seed,
-                             mc_samples=mc_samples, max_tokens=max_tokens, max_rows=max_rows)
+        block_size = trained_block(self.model, ckpt)  # a run from GPT-2 at a smaller block reads that block
+        self.tokenizer = Tokenizer.from_checkpoint(ckpt, self.model.config, block_size, path)
+        self.scorer = Scorer(model=self.model, block_size=block_size, device=self._device, ctx=ctx, score=score,
+                             ensemble=ensemble, seed=seed, mc_samples=mc_samples, max_tokens=max_tokens,
+                             max_rows=max_rows)
         sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
         self.generator = TextGenerator(model=self.model, device=self._device, ctx=ctx, tokenizer=self.tokenizer,
                                        n_tokens=token_count(ckpt, self.model.config.vocab_size), seed=seed, order=order,
@@ -246,9 +249,9 @@ class Tokenizer:
     reported: set = field(default_factory=set)  # the characters already named by the warning
 
     @classmethod
-    def from_checkpoint(cls, ckpt, config, path):
+    def from_checkpoint(cls, ckpt, config, block_size, path):
         encode, decode = load_tokenizer(ckpt, config.vocab_size)
-        return cls(encode, decode, checkpoint_vocab(ckpt, config.vocab_size), config.block_size, path)
+        return cls(encode, decode, checkpoint_vocab(ckpt, config.vocab_size), block_size, path)
 
     def encode_pairs(self, pairs):
         """(context tokens, continuation tokens) of each (context, continuation) text pair, as encode_pair splits it;
@@ -319,6 +322,7 @@ class Scorer:
     """Log-likelihoods of tokens: left to right (ensembles included) or the encoder's, and the encoder's NELBO
     bounds; requests in batches under max_tokens, longest first (see the module docstring)."""
     model: torch.nn.Module
+    block_size: int  # the block the run trained on (common.trained_block): windows and contexts are cut to it
     device: torch.device
     ctx: object  # the autocast of the model_arg dtype
     score: str  # 'l2r', or 'nelbo' (the encoder's bound, for whole texts)
@@ -327,10 +331,6 @@ class Scorer:
     mc_samples: int
     max_tokens: int
     max_rows: int | float  # requests per forward (inf: as many as max_tokens allows)
-
-    @property
-    def block_size(self):
-        return self.model.config.block_size
 
     def score_documents(self, docs):
         """log p of each document's tokens (None: impossible, -inf) summed over its rolling windows, or with

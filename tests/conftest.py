@@ -269,6 +269,16 @@ def char_ckpt_by_positions(workdir, char_ckpt):
 
 
 @pytest.fixture(scope='session')
+def short_trained(workdir, char_ckpt):
+    """The char checkpoint (relative to workdir) as a run at --block_size=16 from a parent of block 32 records it (the
+    model keeps 32)."""
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    checkpoint['config']['block_size'] = 16
+    torch.save(checkpoint, workdir / 'short-trained.pt')
+    return 'short-trained.pt'
+
+
+@pytest.fixture(scope='session')
 def mdm_ckpt(workdir):
     """out_dir (relative to workdir) of a tiny char-level encoder (MDM) trained briefly on data/shakespeare_char."""
     train(workdir, 'out-mdm', '--architecture=encoder', '--max_iters=30', '--eval_interval=30', '--learning_rate=3e-3')

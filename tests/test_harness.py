@@ -187,6 +187,23 @@ def test_what_the_block_reads_decides_what_is_impossible(workdir, char_ckpt, cap
     says(warning, '1 of 3 continuations', f'longer than block_size {lm.tokenizer.block_size}', 'impossible')
 
 
+def test_a_run_trained_on_a_shorter_block_than_its_model_is_read_in_that_block(workdir, short_trained):
+    """A run from a parent of block 32 at --block_size=16: rolling windows of 16 tokens, contexts cut to 16, and no
+    room for 16 new tokens, as sample.py and eval_ppl.py read it (positions past 16 were never trained)."""
+    lm = harness.AOGPTLM(checkpoint=str(workdir / short_trained), device='cpu')
+    text = random_text(random.Random(2), lm.tokenizer.vocab, 50, 50)
+    tokens = lm.tokenizer.encode(text)
+    [logp] = lm.loglikelihood_rolling(requests('loglikelihood_rolling', (text,)))
+    want = sum(direct(lm.model, context + pred, len(pred))[0]
+               for context, pred in harness.rolling_windows(tokens, 16))
+    assert logp == pytest.approx(want, abs=1e-4)
+    [(pair_logp, _)] = lm.loglikelihood(requests('loglikelihood', (text[:-3], text[-3:])))
+    assert pair_logp == pytest.approx(direct(lm.model, tokens[-16:], 3)[0], abs=1e-5)
+    with pytest.raises(SystemExit) as e:
+        lm.generate_until(requests('generate_until', ('x', dict(until=[], max_gen_toks=16))))
+    says(str(e.value.code), 'max_gen_toks 16', 'block_size 16')
+
+
 def test_a_prompt_reads_what_the_block_keeps_of_a_long_context(workdir, char_ckpt):
     """generate_until: a character outside the vocabulary in the part of a long context the block drops does not
     end the run; the generation is that of the context the block keeps."""

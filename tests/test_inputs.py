@@ -620,15 +620,6 @@ def test_percentage_stages_never_share_an_iteration():
     assert [i for i, _ in parse_stages('l2r:1@0/fim:1@5%/random:1@10%/l2r:1@10%', 50)] == [0, 3, 5, 5]
 
 
-@pytest.fixture(scope='module')
-def short_trained(workdir, char_ckpt):
-    """The char checkpoint as a run at --block_size=16 from a parent of block 32 records it (the model keeps 32)."""
-    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
-    checkpoint['config']['block_size'] = 16
-    torch.save(checkpoint, workdir / 'short-trained.pt')
-    return 'short-trained.pt'
-
-
 def test_samples_and_chunks_fill_the_block_the_run_trained_on(workdir, short_trained):
     out = output_of('sample.py', f'--init_from={short_trained}', '--device=cpu', '--num_samples=2', cwd=workdir)
     assert 'note: the checkpoint was trained on blocks of 16 tokens (its model reads 32): a sample fills 16' in out
