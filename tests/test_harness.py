@@ -377,6 +377,7 @@ def direct_lambada(lm, indices):
     return math.exp(-sum(s for s, _ in scores) / len(scores)), sum(g for _, g in scores) / len(scores)
 
 
+@pytest.mark.slow  # lm-eval's task index
 @pytest.mark.needs('wikitext2', 'lambada', 'gpt2_bpe')
 def test_simple_evaluate_equals_the_direct_computation(workdir, bpe_ckpt):
     from lm_eval import simple_evaluate

@@ -306,6 +306,7 @@ def test_nonfinite_loss_at_iter_0_blames_the_start_not_the_learning_rate(workdir
     assert 'lower learning_rate' not in message
 
 
+@pytest.mark.slow  # torchrun: two processes
 def test_torchrun_setting_errors_are_said_once(workdir):
     out = run_script('train.py', *TINY, '--out_dir=out-ddp-bad', '--gradient_accumulation_steps=3', cwd=workdir,
                      nproc=2, check=False)
