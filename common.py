@@ -518,20 +518,30 @@ def print_table(head, rows):
 # a script in a new process that starts with torch imported: `python script.py` spends 4 s of a slow core
 # importing torch (and torch._dynamo, which its optimizers import), more than a toy run takes
 
-def run_python(argv, cwd, env, out, err=None, timeout=None):
+def run_python(argv, cwd, env, out, err=None, timeout=None, pids=None):
     """Run `python *argv` (a script and its arguments) in cwd with env, printing into the file out (and err, or
     out); return its exit status, None if it ran past timeout seconds (then it is killed). The process is forked
-    from a server that imported torch once, where the platform has one (not Windows)."""
+    from a server that imported torch once, where the platform has one (not Windows). pids: a set (or what has
+    add and discard) that holds the process's pid while it runs, for the caller to signal it."""
+    pids = set() if pids is None else pids
     if 'forkserver' not in multiprocessing.get_all_start_methods():
         with open(out, 'w') as o, open(err or os.devnull, 'w') as e:
+            process = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=o,
+                                       stderr=e if err else subprocess.STDOUT)
+            pids.add(process.pid)
             try:
-                return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, stdout=o,
-                                      stderr=e if err else subprocess.STDOUT, timeout=timeout).returncode
+                return process.wait(timeout)
             except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
                 return None
+            finally:
+                pids.discard(process.pid)
     process = start_python(argv, cwd, env, out, err)
+    pids.add(process.pid)
     ended = multiprocessing.connection.wait([process.sentinel], timeout)
     with FORKING:
+        pids.discard(process.pid)
         if not ended:
             process.kill()
             process.join()

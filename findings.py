@@ -29,6 +29,7 @@ plateau.py, the others: <name>.py), how they are run and judged in experiments/p
   streams  (ours) two streams, keys and values that carry no target, against one
   scarce   (ours) data-constrained training: AO-GPT against a tuned GPT as the data repeats
 Resumable: a second call trains only what is missing, and only redraws once everything ran (experiments/jobs.py).
+SIGTERM stops the running jobs (each training run saves its checkpoint) and exits with 75: the same command goes on.
 """
 from configurator import configure
 from experiments.pipeline import main

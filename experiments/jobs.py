@@ -7,8 +7,10 @@ of it resumes (--init_from=resume), an evaluation whose json exists is kept; a s
 redraws. A run folder remembers its settings (args.json): other settings in the same folder stop
 the script with one line (a folder moved or copied elsewhere is the same run).
 """
+import contextlib
 import json
 import os
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -112,11 +114,42 @@ def unique(jobs):
     return list(first.values())
 
 
+PREEMPTED = 75  # EX_TEMPFAIL, as train.py's: stopped by a signal, what ran is saved; the same command goes on
+
+
+class Stopped(Exception):
+    """SIGTERM stopped the jobs: the running ones were passed it and have ended (a training run saves its
+    checkpoint first and exits 75), none was started after it."""
+
+
+class Running:
+    """The pids of the jobs' processes while they run (common.run_python adds and discards them), and the signal
+    that stops them: each is passed it, one that starts after it too."""
+    def __init__(self):
+        self.pids, self.signal = set(), None
+
+    def add(self, pid):
+        self.pids.add(pid)
+        if self.signal:
+            os.kill(pid, self.signal)
+
+    def discard(self, pid):
+        self.pids.discard(pid)
+
+    def stop(self, signum, frame):
+        self.signal = signum
+        for pid in list(self.pids):
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(pid, signum)
+
+
 def run_jobs(jobs, n_workers, threads):
     """Run the jobs not done yet, n_workers at a time, the first ready one in the list next: a job is ready once
     the training jobs here of the run folders it needs have finished. Return how many ran; stop with one line
-    naming the log of a failed one (after the running ones end)."""
+    naming the log of a failed one (after the running ones end). SIGTERM is passed to the running jobs, which
+    end, and then raises Stopped."""
     env = os.environ | ({'OMP_NUM_THREADS': str(threads)} if threads else {})
+    live = Running()
     for job in jobs:
         if job.done:
             print(f'{job.name}: done, skipped')
@@ -130,24 +163,32 @@ def run_jobs(jobs, n_workers, threads):
                 json.dump(job.settings, f)
             os.replace(path + '.tmp', path)
         t0 = time.time()
-        code = run_python(job.argv, os.getcwd(), env, job.log)
-        print(f'{job.name}: ' + ('finished' if code == 0 else f'failed ({code})') + f' in {time.time() - t0:.0f}s')
+        code = run_python(job.argv, os.getcwd(), env, job.log, pids=live)
+        ended = 'finished' if code == 0 else 'stopped' if live.signal else f'failed ({code})'
+        print(f'{job.name}: {ended} in {time.time() - t0:.0f}s')
         return code
 
     pending = [job for job in jobs if not job.done]
     training = {os.path.dirname(job.log): job for job in pending if job.settings is not None}
     finished, failed, running, n_ran = set(), [], {}, len(pending)
     ready = lambda job: all(training[f].name in finished for f in job.needs if f in training)
-    with ThreadPoolExecutor(n_workers) as pool:
-        while running or (pending and not failed):
-            for job in [job for job in pending if ready(job)][:n_workers - len(running)] if not failed else []:
-                pending.remove(job)
-                running[pool.submit(launch, job)] = job
-            if not running:
-                fail(f'{pending[0].name} waits for a training job that is not planned (a bug)')
-            for future in wait(running, return_when=FIRST_COMPLETED).done:
-                job = running.pop(future)
-                (finished.add(job.name) if future.result() == 0 else failed.append(job))
+    previous = signal.signal(signal.SIGTERM, live.stop)
+    try:
+        with ThreadPoolExecutor(n_workers) as pool:
+            while running or (pending and not failed and not live.signal):
+                for job in [job for job in pending if ready(job)][:n_workers - len(running)] \
+                        if not (failed or live.signal) else []:
+                    pending.remove(job)
+                    running[pool.submit(launch, job)] = job
+                if not running:
+                    fail(f'{pending[0].name} waits for a training job that is not planned (a bug)')
+                for future in wait(running, return_when=FIRST_COMPLETED).done:
+                    job = running.pop(future)
+                    (finished.add(job.name) if future.result() == 0 else failed.append(job))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if live.signal:
+        raise Stopped
     if failed:
         fail(f'{failed[0].name} failed: {last_line(failed[0].log)} (the whole log: {failed[0].log})')
     return n_ran

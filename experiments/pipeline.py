@@ -16,12 +16,14 @@ and gen_ppl.py (jobs.py):
    Findings section (between its findings markers) rewritten from them.
 """
 import os
+import sys
 import time
 
 import torch
 
 from common import at_least, check_settings, fail, one_of
-from experiments.jobs import add_wall_minutes, read_metrics, run_jobs, train_job, unique, with_checkpoints
+from experiments.jobs import (PREEMPTED, Stopped, add_wall_minutes, read_metrics, run_jobs, train_job, unique,
+                             with_checkpoints)
 from experiments.measure import FLOOR, NOT_JUDGED, STUCK, Measured, unigram_entropy
 from experiments.presets import PRESETS, SEEDS
 from experiments.registry import FINDINGS, RUN_LOSSES, selected_findings
@@ -158,6 +160,27 @@ def dry_plan(p, findings, seed_list, kinds, n_sweep):
           'then the evaluations')
 
 
+def train_and_evaluate(p, findings, seed_list, kinds, sweep, runs_dir, n_workers):
+    """Steps 1 to 3, each job not yet done: (jobs run, {kind: its choice}, the sweeps' runs, {run: its folder})."""
+    folder = lambda name: os.path.join(runs_dir, name)
+    ran = run_jobs(sweep, n_workers, p['threads'])
+    chosen = {kind: choose(p, kind, runs_dir) for kind in kinds}
+    planned, choices, trained = sweep_runs(p, kinds), {}, sweep
+    # the findings' own sweeps, which start from the choices (finding adapt's after its parents)
+    for finding in [FINDINGS[name] for name in findings if FINDINGS[name].sweep]:
+        runs = finding.sweep.runs(p, chosen)
+        jobs = with_checkpoints([train_job(name, p, flags, folder(name)) for name, flags in runs.items()])
+        ran, trained = ran + run_jobs(jobs, n_workers, p['threads']), trained + jobs
+        planned, choices[finding.name] = planned | runs, finding.sweep.choose(p, chosen, runs_dir)
+    runs = seed_runs(p, findings, seed_list, chosen, planned, choices)
+    folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
+    # the evaluations first in the list: each runs as soon as the runs it reads are trained, while its checkpoints exist
+    evaluations = evaluation_jobs(findings, p, seed_list, folders)
+    training = [train_job(name, p, flags, folders[name]) for name, flags in runs.items() if not isinstance(flags, str)]
+    ran += run_jobs(with_checkpoints(evaluations + training, trained), n_workers, p['threads'])
+    return ran, chosen, planned, folders
+
+
 def main(preset, only, out_dir, seeds, workers, readme, dry_run):
     """findings.py with these settings: the steps above."""
     t0 = time.time()
@@ -174,21 +197,13 @@ def main(preset, only, out_dir, seeds, workers, readme, dry_run):
             print(f"{job.name} [{'done' if job.done else 'to run'}]: python {' '.join(job.argv)}")
         dry_plan(p, findings, seed_list, kinds, len(sweep))
         return
-    ran = run_jobs(sweep, n_workers, p['threads'])
-    chosen = {kind: choose(p, kind, runs_dir) for kind in kinds}
-    planned, choices, trained = sweep_runs(p, kinds), {}, sweep
-    # the findings' own sweeps, which start from the choices (finding adapt's after its parents)
-    for finding in [FINDINGS[name] for name in findings if FINDINGS[name].sweep]:
-        runs = finding.sweep.runs(p, chosen)
-        jobs = with_checkpoints([train_job(name, p, flags, folder(name)) for name, flags in runs.items()])
-        ran, trained = ran + run_jobs(jobs, n_workers, p['threads']), trained + jobs
-        planned, choices[finding.name] = planned | runs, finding.sweep.choose(p, chosen, runs_dir)
-    runs = seed_runs(p, findings, seed_list, chosen, planned, choices)
-    folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
-    # the evaluations first in the list: each runs as soon as the runs it reads are trained, while its checkpoints exist
-    evaluations = evaluation_jobs(findings, p, seed_list, folders)
-    training = [train_job(name, p, flags, folders[name]) for name, flags in runs.items() if not isinstance(flags, str)]
-    ran += run_jobs(with_checkpoints(evaluations + training, trained), n_workers, p['threads'])
+    try:
+        ran, chosen, planned, folders = train_and_evaluate(p, findings, seed_list, kinds, sweep, runs_dir, n_workers)
+    except Stopped:
+        minutes = add_wall_minutes(runs_dir, (time.time() - t0) / 60)
+        print(f'stopped by SIGTERM: the running jobs saved where they were ({minutes} wall minutes in the calls so '
+              'far); the same command goes on')
+        sys.exit(PREEMPTED)
     m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']), other_unigrams(p, findings, seed_list),
                  RUN_LOSSES)
     results = analyse(findings, p, m, chosen, runs_dir)

@@ -9,8 +9,9 @@ import shutil
 import sys
 
 import pytest
+import torch
 
-from conftest import one_line_error, run_script, says
+from conftest import ROOT, one_line_error, run_script, says
 
 FIGURES = ['sweep.png', 'fig1_l2r_vs_random.png', 'fig2a_fixed_orders.png', 'fig2b_mixed_vs_nocl.png',
            'fig3_ensembles_vs_encoder.png', 'fig4_generation_time.png', 'fig4_time_vs_length.png',
@@ -111,7 +112,6 @@ def test_finding_8_alone_plans_the_ema_reading_its_claim_reads():
 def test_the_script_lists_the_registrys_findings_in_order():
     """findings.py's docstring names every finding of experiments/registry.py, one a line, in the registry's order."""
     import ast
-    from conftest import ROOT
     from experiments.registry import FINDINGS
     with open(os.path.join(ROOT, 'findings.py')) as f:
         doc = ast.get_docstring(ast.parse(f.read()))
@@ -557,6 +557,53 @@ def test_a_job_starts_only_after_the_training_it_needs(tmp_path):
     ran = run_jobs([job('eval', [folder]), job('other'), job('train', settings={})], 2, 1)
     order = [line.split()[0] for line in log.read_text().splitlines()]
     assert ran == 3 and order.index('train') < order.index('eval')
+
+
+def test_sigterm_reaches_the_running_jobs_and_starts_no_more(workdir, tmp_path, monkeypatch):
+    """kill <findings.py's pid>: the running training saves its checkpoint and exits 75 within seconds, the job
+    waiting for a worker never starts, and run_jobs raises Stopped (the jobs' processes, forked from a server, went
+    on training without findings.py before)."""
+    import signal
+    import threading
+    import time
+    from conftest import TINY
+    from experiments.jobs import Job, Stopped, run_jobs
+    monkeypatch.chdir(workdir)
+    folder = tmp_path / 'run'
+    train = [os.path.join(ROOT, 'train.py'), '--dataset=shakespeare_char', *TINY, f'--out_dir={folder}',
+             '--max_iters=3000', '--lr_decay_iters=3000', '--eval_interval=3000', '--log_interval=1']
+    (no_op := tmp_path / 'no_op.py').write_text('')
+    jobs = [Job('train', train, str(folder / 'train.log'), False, {}), Job('after', [str(no_op)],
+                                                                          str(tmp_path / 'after.log'), False)]
+    sent = []
+
+    def signal_once_training():
+        while 'iter 3:' not in ((folder / 'train.log').read_text() if (folder / 'train.log').exists() else ''):
+            time.sleep(0.05)
+        sent.append(time.time())
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=signal_once_training, daemon=True).start()
+    with pytest.raises(Stopped):
+        run_jobs(jobs, 1, 1)
+    assert time.time() - sent[0] < 5
+    assert 'stopped by SIGTERM' in (folder / 'train.log').read_text()
+    assert torch.load(folder / 'ckpt.pt', weights_only=True)['iter_num'] >= 3
+    assert not (tmp_path / 'after.log').exists()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # pytest's, given back
+
+
+def test_a_stopped_call_says_how_to_go_on_and_exits_75(tmp_path, monkeypatch, capsys):
+    """findings.py stopped by SIGTERM: one line, exit status 75 as train.py's, and its wall minutes counted."""
+    from experiments import pipeline
+    from experiments.jobs import Stopped
+
+    def stopped(*args):
+        raise Stopped
+    monkeypatch.setattr(pipeline, 'train_and_evaluate', stopped)
+    with pytest.raises(SystemExit) as e:
+        pipeline.main('smoke', '1', str(tmp_path), 0, 0, '', False)
+    assert e.value.code == 75 and 'stopped by SIGTERM' in capsys.readouterr().out
+    assert (tmp_path / 'runs' / 'wall_minutes.json').exists()
 
 
 def write_arm(runs, name, l2r, ao, gap_both, gap_left, nll, column='gap_l2r'):
