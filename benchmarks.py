@@ -121,7 +121,8 @@ SETS = {
     'lm1b': BenchmarkSet(Hub('dvruette/lm1b', None, 'text'), {'test': 'lm1b/news.en.heldout-00000-of-00050'},
                          read_lines, lm1b_detokenize),
 }
-BIN_SETS = ('openwebtext', 'shakespeare_char', 'wikitext2_char')  # already tokenized by data/<name>/prepare.py
+# every corpus a data/<name>/prepare.py tokenizes (GPT-2 BPE or characters): its val.bin
+BIN_SETS = ('openwebtext', 'python', 'shakespeare', 'shakespeare_char', 'wikitext2_char')
 KNOWN = (*SETS, *BIN_SETS)
 
 

@@ -54,7 +54,8 @@ of them, and each gap token given all before it (left only: all that a left-to-r
 encoder the gap revealed left to right and its NELBO restricted to the gap (docs/evaluation.md).
 
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
-OpenAI's URL; openwebtext, shakespeare_char and wikitext2_char from data/<name>/val.bin; --data_file=path
+OpenAI's URL; each corpus of data/ (openwebtext, python, shakespeare, shakespeare_char, wikitext2_char) from its
+val.bin; --data_file=path
 for a .txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
 --data_dir reads the Hub sets from local copies instead (an offline mirror: wikitext-2-raw/wiki.test.raw,
 ptb/ptb.test.txt, lambada/lambada_test.jsonl, lm1b/news.en.heldout-00000-of-00050, ...); it defaults

@@ -17,7 +17,8 @@ import eval_ppl as script
 from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
                         paper_chunks, ptb_detokenize, wikitext_detokenize)
 from common import read_checkpoint
-from conftest import ROOT, needs, nll_given, one_line_error, peak_memory_run, run_script, says, tiny_mdm, tiny_model
+from conftest import (ROOT, needs, nll_given, one_line_error, peak_memory_run, run_script, says, tiny_mdm, tiny_model,
+                      write_gpt2_dataset)
 from scoring import ensemble_logprobs, ensemble_sizes, losses_by_context, random_context_orders, score_chunks
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
@@ -217,6 +218,19 @@ def test_cli_bpe_sets(workdir, bpe_ckpt):
     for name in ('wikitext2', 'ptb', 'lambada'):
         assert rows[name][1] == '64'
         assert all(1 < float(v) < 1e6 for v in rows[name][2:5])
+
+
+def test_every_corpus_data_prepares_is_a_dataset(workdir, bpe_ckpt, tmp_path):
+    """--dataset=<name> reads data/<name>/val.bin for each corpus a data/<name>/prepare.py writes (the Python
+    library and tiny Shakespeare in GPT-2 BPE were refused as unknown), as --data_file reads it."""
+    from benchmarks import BIN_SETS
+    assert set(BIN_SETS) == {name for name in os.listdir(os.path.join(ROOT, 'data'))
+                             if os.path.exists(os.path.join(ROOT, 'data', name, 'prepare.py'))}
+    write_gpt2_dataset(tmp_path, 'python', 0, 640, seed=3)
+    flags = [f'--out_dir={workdir / bpe_ckpt}', '--max_chunks=4', '--device=cpu']
+    named = run_script('eval_ppl.py', *flags, '--dataset=python', cwd=tmp_path).stdout.splitlines()[-1].split()
+    by_path = run_script('eval_ppl.py', *flags, '--data_file=data/python/val.bin', cwd=tmp_path).stdout
+    assert named[0] == 'python' and named[1:] == by_path.splitlines()[-1].split()[1:]
 
 
 @pytest.mark.needs('gpt2_bpe')
