@@ -14,11 +14,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope='module')
 def real_ckpt(workdir, bpe_ckpt):  # bpe_ckpt writes data/webtext
+    # with the little-data settings too: a prefix of 8,192 tokens, the best on val.bin's first half, input masking
     out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real', '--device=cpu',
                                 '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=64',
                                 '--cond_dim=32', '--block_size=1024', '--batch_size=2',
                                 '--gradient_accumulation_steps=2', '--max_iters=2', '--eval_interval=2',
-                                '--eval_iters=1', '--warmup_iters=1', '--lr_decay_iters=2', cwd=workdir)
+                                '--eval_iters=1', '--warmup_iters=1', '--lr_decay_iters=2', '--train_tokens=8192',
+                                '--keep_best=l2r', '--input_mask=0.15', cwd=workdir)
     return out, peak
 
 
@@ -29,6 +31,8 @@ def test_train(workdir, real_ckpt):
     ckpt = stored_checkpoint(workdir, 'out-real')
     assert ckpt['model_args']['block_size'] == 1024 and ckpt['model_args']['vocab_size'] == 50304
     assert ckpt['iter_num'] == 2 and ckpt['vocab'] == 'gpt2'
+    assert 'epoch 1.00' in out and stored_checkpoint(workdir, 'out-real')['best']['iter'] in (0, 2)
+    assert (workdir / 'out-real' / 'best.pt').exists()
     assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in ckpt['model'].values())
     assert peak < 4000
 
