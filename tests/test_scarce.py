@@ -107,10 +107,14 @@ def test_input_masking_hides_its_share_of_tokens_anywhere():
     assert len(training_inputs(model, x, 'l2r')) == 2  # no masking: nothing drawn, the batches of every other run
 
 
-def test_a_hidden_input_reads_as_the_start_token_and_keeps_its_target():
+@pytest.mark.parametrize('kind', [{}, dict(position_encoding='rotary'), dict(target_injection='add'),
+                                  dict(target_injection='two_stream', position_encoding='rotary')],
+                         ids=['ao-gpt', 'rotary', 'sigma-gpt', 'two-stream'])
+def test_a_hidden_input_reads_as_the_start_token_and_keeps_its_target(kind):
     """With wnonee set to token 3's embedding, hiding inputs is reading token 3 there: the logits of x with hidden
-    inputs are those of x with 3 in their place (the logits read only inputs), and the loss scores x itself."""
-    model = tiny_model()
+    inputs are those of x with 3 in their place (the logits read only inputs), and the loss scores x itself; for
+    every decoder."""
+    model = tiny_model(**kind)
     T = model.config.block_size
     x = torch.randint(0, 11, (4, T), generator=torch.Generator().manual_seed(1))
     order = torch.stack([torch.randperm(T, generator=torch.Generator().manual_seed(i)) for i in range(4)])
