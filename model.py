@@ -439,9 +439,9 @@ class GPT(Network):
             raise ValueError(f'sequence of length {T} is longer than block_size {self.config.block_size}')
         targets = x.gather(1, order)
         none = torch.full((B, 1), -1, dtype=order.dtype, device=order.device)
-        inputs = targets if hidden is None else targets.masked_fill(hidden.gather(1, order), -1)
-        tokens = torch.cat([torch.zeros_like(none), inputs], dim=1)
-        logits = self.forward_slots(tokens, torch.cat([none, order], 1), torch.cat([order, none], 1))
+        tokens = torch.cat([torch.zeros_like(none), targets], dim=1)
+        hidden = None if hidden is None else F.pad(hidden.gather(1, order), (1, 0))  # the start slot: [None] already
+        logits = self.forward_slots(tokens, torch.cat([none, order], 1), torch.cat([order, none], 1), hidden=hidden)
         loss = F.cross_entropy(logits[:, :T].flatten(0, 1).float(), targets.flatten(), reduction='none')
         loss = loss.view(B, T)
         return logits, (loss.mean() if reduction == 'mean' else loss)
@@ -459,13 +459,13 @@ class GPT(Network):
         turns = {n: queries(n) for n in {cfg.target_heads(layer) for layer in range(cfg.n_layer)}}
         return [(turns[cfg.target_heads(layer)], own) for layer in range(cfg.n_layer)]
 
-    def forward_slots(self, tokens, positions, targets, cache=None, attn_mask=None, out_slots=None):
+    def forward_slots(self, tokens, positions, targets, cache=None, attn_mask=None, out_slots=None, hidden=None):
         """The general forward over explicit slots, for training, cached sampling and evaluation.
 
         tokens, positions, targets: (B, S). A slot holds `tokens` at original position `positions`
-        (-1 marks the start slot, whose token is ignored; a token -1 is hidden: both read as [None])
-        and predicts position `targets` (-1: no target, zero condition). With a KVCache the slots
-        also attend to the cached ones.
+        (-1 marks the start slot, whose token is ignored and reads as [None]) and predicts position
+        `targets` (-1: no target, zero condition). With a KVCache the slots also attend to the cached
+        ones. hidden: optional (B, S) bool, slots whose token reads as [None] too (input masking).
         attn_mask: bool, broadcastable to (B, n_head, S, S) or with a cache to (B, n_head, S, the
         slots it attends: cache.end or all), True where a slot may attend; default causal (a row's
         committed slots, then the new slots in order).
@@ -474,8 +474,8 @@ class GPT(Network):
         Returns logits (B, S, V), or (B, Q, V) with out_slots.
         """
         wt = self.transformer
-        is_none = ((positions < 0) | (tokens < 0)).unsqueeze(-1)
-        h = torch.where(is_none, wt.wnonee.weight[0], wt.wte(tokens.clamp(min=0)))
+        is_none = positions < 0 if hidden is None else (positions < 0) | hidden
+        h = torch.where(is_none.unsqueeze(-1), wt.wnonee.weight[0], wt.wte(tokens))
         ropes = None
         if self.rotary is None:
             h = h + wt.wpe(positions + 1)
