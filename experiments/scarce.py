@@ -33,6 +33,7 @@ SCARCE_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
                'encoder': ('encoder MDM', 'encoder')}
 ARM_ORDERS = {'gpt': {}, 'fim-mix': dict(order_mix=FIM_MIX), 'paper': {}, 'encoder': {}}
 SWEPT = {'gpt': 'gpt', 'fim-mix': 'fim-mix', 'paper': 'fim-mix', 'encoder': 'encoder'}  # whose sweep an arm takes
+ONLY_READ = {'gpt': dict(ensemble=1), 'encoder': dict(ensemble=1, encoder_l2r=False)}  # eval_ppl.py's flags for them
 CLAIMS = {
     'scarce l2r': '(Ours) On {prefix} characters repeated for {iters} iterations ({epochs:.3g} epochs), {arm} reads '
                   "left to right better than the tuned GPT, each at its best evaluation (effect: the GPT's val NLL "
@@ -136,12 +137,14 @@ def scarce_runs(p, chosen, seed_list, points):
 
 def evaluations(p, seed_list, folders):
     """eval_ppl.py on each run's best checkpoint, on the half of val that chose nothing: a decoder's left-to-right NLL
-    and ensembles of context orders, the encoder's NELBO (best.json)."""
+    and AO-GPT's ensembles of context orders, the encoder's NELBO (best.json). The GPT is read left to right only and
+    the encoder by its NELBO only: their ensembles and exact readings would cost more than AO-GPT's evaluations, and
+    no claim reads them."""
     jobs = []
     for dataset, runs in scarce_corpora(p, seed_list):
-        for name in [n for names in runs.values() for n in names]:
+        for arm, name in [(arm, n) for arm, names in runs.items() for n in names]:
             flags = dict(init_from=os.path.join(folders[name], 'best.pt'), dataset=dataset, half='report') | \
-                p['scarce']['eval']
+                p['scarce']['eval'] | ONLY_READ.get(arm, {})
             jobs.append(script_job(f'best {name}', 'eval_ppl.py', flags, os.path.join(folders[name], 'best.json'),
                                    needs=[folders[name]]))
     return jobs
