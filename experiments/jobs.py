@@ -148,7 +148,8 @@ def run_jobs(jobs, n_workers, threads):
     the training jobs here of the run folders it needs have finished. Return how many ran; stop with one line
     naming the log of a failed one (after the running ones end). SIGTERM is passed to the running jobs, which
     end, and then raises Stopped."""
-    env = os.environ | ({'OMP_NUM_THREADS': str(threads)} if threads else {})
+    # each log line written as printed: a run's train.log shows where it is
+    env = os.environ | {'PYTHONUNBUFFERED': '1'} | ({'OMP_NUM_THREADS': str(threads)} if threads else {})
     live = Running()
     for job in jobs:
         if job.done:
