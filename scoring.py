@@ -135,6 +135,13 @@ def ensemble_logprobs(model, x, order, context_orders, ensemble, max_tokens):
     return out
 
 
+def ensemble_slots(n, ensemble):
+    """The slots ensemble_logprobs reads for a chunk of n tokens, its rows' padding aside: member 0's forward (the
+    start slot and n), then for each target after the first the other members' query rows (the start slot and its
+    context each): its test-time compute, against n + 1 for one left-to-right reading."""
+    return n + 1 + (ensemble - 1) * sum(i + 1 for i in range(1, n))
+
+
 def ensemble_sizes(ensemble):
     """The ensembles reported up to `ensemble`: 1, 2, 4, ... and itself."""
     return [2 ** k for k in range(int(math.log2(ensemble)) + 1)] + ([ensemble] if ensemble & (ensemble - 1) else [])

@@ -25,6 +25,7 @@ from experiments.presets import SEEDS
 from experiments.readings import arm_of, corpus_file, corpus_title, said_on
 from experiments.sweep import run_flags
 from report import paired_interval, spread, unpaired_interval
+from scoring import ensemble_slots
 
 # {arm: (label, kind)}, the GPT first; each arm at its kind's chosen settings, its regularizers swept as SWEPT names
 SCARCE_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
@@ -231,6 +232,9 @@ def prefix_results(m, p, runs, tokens, corpus):
     said = lambda key, **kw: said_on(corpus, CLAIMS[key], **(text | kw))
     stuck = lambda *arms: did_not_learn(m, [n for arm in arms for n in runs[arm]])
     gpt_mixture = mixture_nll(m, runs['gpt'])
+    n = m.read(runs['gpt'][0], 'best.json')['block_size']
+    cost = {f'slots read per chunk of {n}: the ensemble of {k} / the mixture of the GPT\'s {len(runs["gpt"])} seeds':
+            f"{ensemble_slots(n, k):,} / {len(runs['gpt']) * (n + 1):,}"}
     claims = []
     for arm in [arm for arm in runs if arm != 'gpt' and not is_encoder(arm)]:
         claims.append(claim(said('scarce l2r', arm=label[arm]), numbers if not claims else {},
@@ -240,7 +244,7 @@ def prefix_results(m, p, runs, tokens, corpus):
                             paired_interval([[g - a for g, a in zip(chunk_nll(m, gn, 'l2r'), e)]
                                              for gn, e in zip(runs['gpt'], ensemble)]), stuck=stuck(arm, 'gpt')))
         claims.append(claim(said('scarce ensemble', arm=label[arm],
-                                 other=f"the mixture of the GPT's {len(runs['gpt'])} seeds"), {},
+                                 other=f"the mixture of the GPT's {len(runs['gpt'])} seeds"), cost,
                             paired_interval([[g - a for g, a in zip(gpt_mixture, e)] for e in ensemble]),
                             stuck=stuck(arm, 'gpt')))
         claims += [claim(said('scarce gaps', arm=label[arm], span=L), {},

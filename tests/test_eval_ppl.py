@@ -19,7 +19,8 @@ from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_r
 from common import read_checkpoint
 from conftest import (ROOT, needs, nll_given, one_line_error, peak_memory_run, run_script, says, tiny_mdm, tiny_model,
                       write_gpt2_dataset)
-from scoring import ensemble_logprobs, ensemble_sizes, losses_by_context, random_context_orders, score_chunks
+from scoring import (ensemble_logprobs, ensemble_sizes, ensemble_slots, losses_by_context, random_context_orders,
+                     score_chunks)
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
 
@@ -55,6 +56,31 @@ def test_fast_ensemble_equals_one_forward_per_query(injection, max_tokens, posit
     slow = slow_ensemble_logprobs(model, x, sigma, orders, 4)
     torch.testing.assert_close(fast.exp(), slow.exp(), atol=1e-5, rtol=0)
     assert not torch.allclose(fast[1:, 4:], fast[0, 4:].expand(3, -1))  # the members do differ
+
+
+def test_ensemble_slots_is_what_the_ensemble_reads(monkeypatch):
+    """The test-time compute finding scarce states: the slots ensemble_logprobs asks for, counted as it asks, member
+    0's forward (its start slot and n) and each query row (its start slot and its context); the rows' padding and a
+    lone row's copy (for compiled models) aside."""
+    import scoring
+    model, read = tiny_model(), []
+    forward, query_logprobs = type(model).forward, scoring.query_logprobs
+
+    def counted_forward(self, x, order, *args, **kwargs):
+        read.append(order.size(0) * (order.size(1) + 1))
+        return forward(self, x, order, *args, **kwargs)
+
+    def counted_queries(model, queries, max_tokens):
+        read.extend(len(context) + 1 for _, context, _ in queries)
+        return query_logprobs(model, queries, max_tokens)
+    monkeypatch.setattr(type(model), 'forward', counted_forward)
+    monkeypatch.setattr(scoring, 'query_logprobs', counted_queries)
+    n, sigma = 12, torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    for k in (1, 2, 5):
+        read.clear()
+        ensemble_logprobs(model, torch.randint(11, (n,)), sigma, random_context_orders(sigma, k - 1, 3), k, 10 ** 6)
+        assert sum(read) == ensemble_slots(n, k)
+    assert ensemble_slots(64, 16) == 65 + 15 * 2079  # 31,250: the GPT's mixture of 3 reads 195
 
 
 def test_context_orders_are_seeded_nested_permutations():

@@ -1034,6 +1034,9 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     expected = sum(m_ - (a + 0.01) for m_, a in zip(mixture, (1.8, 2.0))) / 2
     assert effect("(Ours) On 2,000 characters, {arm} with an ensemble of 4 context orders reads better than the "
                   'mixture') == pytest.approx(expected)
+    cost = next(c['numbers'] for c in claims if 'mixture' in c['claim'])
+    assert cost["slots read per chunk of 32: the ensemble of 4 / the mixture of the GPT's 2 seeds"] == \
+        f'{33 + 3 * sum(range(2, 33)):,} / 66'
     assert effect('(Ours) On 2,000 characters, {arm} fills gaps of 4') == pytest.approx(0.3)
     assert effect('(Ours) On 2,000 characters, {arm} reaches its best evaluation later') == pytest.approx(1.0)
     assert effect('(Ours) On 2,000 characters, the encoder MDM') == pytest.approx(1.95 - 2.25)
