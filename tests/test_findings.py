@@ -592,7 +592,7 @@ def test_sigterm_reaches_the_running_jobs_and_starts_no_more(workdir, tmp_path, 
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # pytest's, given back
 
 
-def test_a_stopped_call_says_how_to_go_on_and_exits_75(tmp_path, monkeypatch, capsys):
+def test_a_stopped_call_says_how_to_go_on_and_exits_75(workdir, tmp_path, monkeypatch, capsys):
     """findings.py stopped by SIGTERM: one line, exit status 75 as train.py's, and its wall minutes counted."""
     from experiments import pipeline
     from experiments.jobs import Stopped
@@ -600,6 +600,7 @@ def test_a_stopped_call_says_how_to_go_on_and_exits_75(tmp_path, monkeypatch, ca
     def stopped(*args):
         raise Stopped
     monkeypatch.setattr(pipeline, 'train_and_evaluate', stopped)
+    monkeypatch.chdir(workdir)  # its data/shakespeare_char
     with pytest.raises(SystemExit) as e:
         pipeline.main('smoke', '1', str(tmp_path), 0, 0, '', False)
     assert e.value.code == 75 and 'stopped by SIGTERM' in capsys.readouterr().out
