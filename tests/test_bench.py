@@ -21,6 +21,7 @@ def test_arch_compares_the_architectures_and_target_settings(tmp_path, one_threa
     assert [row.split()[0] for row in generation] == ['4', '32'] and all(row.endswith('x') for row in generation)
 
 
+@pytest.mark.slow  # every setting of the bench, each k timed
 def test_speculate_compares_with_one_token_per_step(tmp_path, one_thread):
     out = run_script('bench.py', '--run=speculate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--batch_size=2', '--vocab_size=50', '--sample_block_size=32', '--sample_steps=4',

@@ -178,6 +178,7 @@ def test_eval_ppl_gaps_bad_inputs(workdir, char_ckpt, gaps, named):
     says(one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', f'--gaps={gaps}', '--device=cpu', cwd=workdir), *named)
 
 
+@pytest.mark.slow  # transformers in three fresh interpreters
 def test_eval_ppl_gaps_on_a_hugging_face_gpt(workdir, tiny_gpt2, bpe_ckpt):  # bpe_ckpt writes data/webtext
     run_script('eval_ppl.py', f'--init_from={tiny_gpt2}', '--data_file=data/webtext/val.bin', '--gaps=span:1024',
                '--max_chunks=2', '--device=cpu', '--out_json=hf-gaps.json', cwd=workdir)

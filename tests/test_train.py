@@ -184,7 +184,8 @@ SLOW_EVAL = ['--max_iters=20', '--lr_decay_iters=20', '--eval_interval=20', '--l
              '--eval_iters=100']  # an evaluation of about 5 s; the stop takes about 1
 
 
-@pytest.mark.parametrize('iteration', [pytest.param(19, marks=pytest.mark.slow), 20])  # 20 lands in the evaluation
+@pytest.mark.slow  # three runs with 5 s evaluations
+@pytest.mark.parametrize('iteration', [19, 20])
 def test_a_signal_before_or_during_an_evaluation_stops_at_once_and_the_resume_evaluates(workdir, iteration):
     """The signal lands in the step before an evaluation iteration (19), or in the evaluation (20: its log line comes
     just before it): the run saves and exits at once (a slow evaluation would outlast a scheduler's grace period),
