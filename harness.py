@@ -16,8 +16,8 @@ max_gen_toks (the defaults a task's gen_kwargs override; its do_sample=True samp
 neither gives one) and compile (True: each decoding step compiled, as sample.py's).
 
 Text in, text out with the checkpoint's own tokenizer. block_size below is the block the run trained on
-(common.trained_block: a run from GPT-2 at --block_size=128 reads 128), as sample.py and eval_ppl.py read it. A text holding characters outside a char
-model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
+(common.trained_block: a run from GPT-2 at --block_size=128 reads 128), as sample.py and eval_ppl.py read it.
+A text holding characters outside a char model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
 generation gives ''), with one warning naming the characters. model_args given as text are read by
 their defaults' types, as sample.py reads its flags (use_ema=no is False).
 
