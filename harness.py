@@ -17,9 +17,9 @@ neither gives one) and compile (True: each decoding step compiled, as sample.py'
 
 Text in, text out with the checkpoint's own tokenizer. block_size below is the block the run trained on
 (common.trained_block: a run from GPT-2 at --block_size=128 reads 128), as sample.py and eval_ppl.py read it.
-A text holding characters outside a char model's vocabulary, where the block reads it, is impossible: log-likelihood -inf (is_greedy False;
-generation gives ''), with one warning naming the characters. model_args given as text are read by
-their defaults' types, as sample.py reads its flags (use_ema=no is False).
+A text holding characters outside a char model's vocabulary, where the block reads it, is impossible:
+log-likelihood -inf (is_greedy False; generation gives ''), with one warning naming the characters. model_args
+given as text are read by their defaults' types, as sample.py reads its flags (use_ema=no is False).
 
 - loglikelihood(context, continuation): split into tokens as lm-eval's own models split it
   (encode_pair: the context's trailing spaces go to the continuation, the context is encoded alone,
