@@ -194,10 +194,11 @@ def did_not_learn(m, names):
 
 
 def epoch_curves(m, label, names, key):
-    """A figure series: key at every evaluation, against the epochs seen."""
+    """A figure series: key at every evaluation after the first, against the epochs seen (the untrained model's
+    reading, the log of the vocabulary, would set the y-axis and flatten the differences near the best)."""
     epochs = {r['iter']: r['epochs'] for r in m.metrics(names[0])}
     label, iters, values = m.curves(label, names, key)
-    return label, [epochs[i] for i in iters], values
+    return label, [epochs[i] for i in iters[1:]], values[1:]
 
 
 def finding_scarce(m, p):
