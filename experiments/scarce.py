@@ -151,6 +151,13 @@ def evaluations(p, seed_list, folders):
     return jobs
 
 
+def gap_readings(arm, span):
+    """[(side, metrics key)] of an arm's gap NLLs: both sides but for the GPT, which is read from the left only, and
+    the left side but for the encoder, which has no left-to-right reading."""
+    both, left = ('both sides', f'val_gap_span{span}'), ('left side', f'val_gap_span{span}_left')
+    return [left] if arm == 'gpt' else [both] if is_encoder(arm) else [both, left]
+
+
 def at_best(m, name, key, reading=None):
     """key's value at a run's best evaluation (by its arm's selection reading, or select_<reading>)."""
     return best_record(m.metrics(name), arm_of(name, SCARCE_ARMS), reading)[key]
@@ -224,6 +231,8 @@ def prefix_results(m, p, runs, tokens, corpus):
     numbers = {f'{label[arm]}: at its best evaluation, {what}': spread(at(arm, key))
                for arm in runs for what, key in (('epoch', 'epochs'), ('left to right', 'val_l2r'),
                                                  ('any order', 'val_ao'))}
+    numbers |= {f'{label[arm]}: at its best evaluation, gaps of {L}, {side}': spread(at(arm, key))
+                for arm in runs for L in p['scarce']['spans'] for side, key in gap_readings(arm, L)}
     numbers |= {f'{label[arm]}: best.pt, ensemble of {size}': spread([statistics.mean(chunk_nll(m, n, str(size)))
                                                                       for n in runs[arm]])
                 for arm in runs if not is_encoder(arm) and arm != 'gpt' for size in sorted({4, k})}

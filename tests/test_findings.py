@@ -990,14 +990,15 @@ SCARCE_CURVES = {'gpt': ([3.0, 2.0, 2.5, 2.9], [3.1, 2.1, 2.05, 3.0]),  # its lo
 
 
 def write_scarce_arm(runs, name, arm, shift):
-    """A run folder as finding scarce reads it: metrics.jsonl (the readings at every evaluation, the gaps of 4 at 1.5
-    both sides and 1.8 from the left) and best.json (two chunks' NLLs: left to right 2.0 and 2.2, an ensemble of 4
+    """A run folder as finding scarce reads it: metrics.jsonl (the readings at every evaluation, the gaps of 1 and 4
+    at 1.4 and 1.5 both sides, 0.3 more from the left) and best.json (two chunks' NLLs: left to right 2.0 and 2.2, an ensemble of 4
     0.2 lower)."""
     folder = runs / name
     folder.mkdir(parents=True)
     select, val = SCARCE_CURVES[arm]
     records = [dict(iter=10 * i, epochs=float(i), select_l2r=s + shift, select_ao=s + shift, val_l2r=v + shift,
-                    val_ao=v + shift, val_gap_span4=1.5 + shift, val_gap_span4_left=1.8 + shift)
+                    val_ao=v + shift, val_gap_span1=1.4 + shift, val_gap_span1_left=1.7 + shift,
+                    val_gap_span4=1.5 + shift, val_gap_span4_left=1.8 + shift)
                for i, (s, v) in enumerate(zip(select, val))]
     (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
     chunk_nll = {'l2r': [2.0 + shift, 2.2 + shift], '1': [1.9 + shift, 2.1 + shift], '4': [1.8 + shift, 2.0 + shift]}
@@ -1045,3 +1046,10 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     assert numbers[f"{SCARCE_ARMS['fim-mix'][0]}: epochs after which its best so far reads left to right below the "
                    "GPT's"] == 2.0
     assert numbers[f"{SCARCE_ARMS['gpt'][0]}: at its best evaluation, epoch"]['mean'] == 1.0
+    gaps = {k: v['mean'] for k, v in numbers.items() if 'gaps of 1,' in k}
+    assert gaps == pytest.approx({f"{SCARCE_ARMS['gpt'][0]}: at its best evaluation, gaps of 1, left side": 1.71,
+                                  f"{SCARCE_ARMS['fim-mix'][0]}: at its best evaluation, gaps of 1, both sides": 1.41,
+                                  f"{SCARCE_ARMS['fim-mix'][0]}: at its best evaluation, gaps of 1, left side": 1.71,
+                                  f"{SCARCE_ARMS['paper'][0]}: at its best evaluation, gaps of 1, both sides": 1.41,
+                                  f"{SCARCE_ARMS['paper'][0]}: at its best evaluation, gaps of 1, left side": 1.71,
+                                  f"{SCARCE_ARMS['encoder'][0]}: at its best evaluation, gaps of 1, both sides": 1.41})
