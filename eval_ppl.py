@@ -240,7 +240,7 @@ def main(given=()):
         else:
             l2r, members = score_chunks(model, chunks, ensemble, max_tokens, seed, autocast(device, dtype), name, l2r_ctx)
             ppl, nlls, tokens = perplexities(l2r, members), chunk_nlls(l2r, members, len(chunks)), l2r.numel()
-        results[name] = dict(split=split, pipeline=pipeline, chunks=len(chunks), tokens=tokens, ppl=ppl,
+        results[name] = dict(split=text_read(name), pipeline=pipeline, chunks=len(chunks), tokens=tokens, ppl=ppl,
                              chunk_nll=nlls, seconds=round(time.time() - t0, 2))
     report_gaps(results) if gap_settings else report(results, ensemble)
     if out_json:
@@ -249,6 +249,13 @@ def main(given=()):
                            l2r_dtype=precision, **(dict(mc_samples=mc_samples) if encoder else {}), results=results),
                       f, indent=2)
         print(f'wrote {out_json}')
+
+
+def text_read(name):
+    """What a set's numbers read, for the record: the token file and its half, a Hub set's split, or the file."""
+    if name in BIN_SETS or name.endswith('.bin'):
+        return (name if name.endswith('.bin') else f'data/{name}/val.bin') + (f', {half} half' if half else '')
+    return split if name in KNOWN else name
 
 
 def describe_encoder_passes(precision, n):

@@ -259,6 +259,23 @@ def test_every_corpus_data_prepares_is_a_dataset(workdir, bpe_ckpt, tmp_path):
     assert named[0] == 'python' and named[1:] == by_path.splitlines()[-1].split()[1:]
 
 
+def test_each_half_reads_its_half_of_val_bin(workdir, char_ckpt, tmp_path):
+    """--half=select and --half=report read the first and the second half of val.bin (train.py --keep_best's cut):
+    each gives the chunk NLLs of a token file that holds only that half, and its record says which it read."""
+    val = np.fromfile(workdir / 'data' / 'shakespeare_char' / 'val.bin', dtype=np.uint16)
+    flags = [f'--out_dir={workdir / char_ckpt}', '--device=cpu', '--dtype=float32', '--ensemble=2', '--max_chunks=4']
+    for half, part in (('select', val[:len(val) // 2]), ('report', val[len(val) // 2:])):
+        folder = tmp_path / half
+        folder.mkdir()
+        part.tofile(folder / 'val.bin')
+        shutil.copy(workdir / 'data' / 'shakespeare_char' / 'meta.pkl', folder)
+        eval_ppl(workdir, *flags, '--dataset=shakespeare_char', f'--half={half}', f'--out_json={folder}/half.json')
+        eval_ppl(workdir, *flags, f'--data_file={folder}/val.bin', f'--out_json={folder}/file.json')
+        halved, whole = (json.loads((folder / f).read_text())['results'] for f in ('half.json', 'file.json'))
+        assert halved['shakespeare_char']['chunk_nll'] == whole[f'{folder}/val.bin']['chunk_nll']
+        assert halved['shakespeare_char']['split'] == f'data/shakespeare_char/val.bin, {half} half'
+
+
 @pytest.mark.needs('gpt2_bpe')
 def test_bad_input_is_one_line_on_the_command_line(workdir, bpe_ckpt):
     (workdir / 'short.txt').write_text('just a few words\n')
