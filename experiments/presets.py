@@ -62,11 +62,12 @@ PRESETS = {
         # the runs rather than the winner after them)
         streams=dict(second_arms=('gpt', 'fim-mix', 'two')),
         # finding scarce: the same iterations on prefixes of the train split ((corpus, characters, arms), the main
-        # one first: the regularizers are swept there), about 80 and 20 epochs; the gaps read in training (spans);
+        # one first: the regularizers are swept there), about 80 and 20 epochs (the paper's mix on the main prefix
+        # only, for the budget); the gaps read in training (spans);
         # the sweep's dropout, each alone and with one more regularizer; each best checkpoint's ensembles
         scarce=dict(train=dict(max_iters=4000, lr_decay_iters=4000, eval_interval=250),
                     prefixes=(('', 50_000, ('gpt', 'fim-mix', 'paper', 'encoder')),
-                              ('', 200_000, ('gpt', 'fim-mix', 'paper')), ('wikitext2_char', 50_000, ('gpt', 'fim-mix'))),
+                              ('', 200_000, ('gpt', 'fim-mix')), ('wikitext2_char', 50_000, ('gpt', 'fim-mix'))),
                     spans=(1, 4, 16), dropout=(0.1, 0.3), extras=({}, dict(weight_decay=0.5), dict(input_mask=0.15)),
                     eval=dict(ensemble=16, max_chunks=100)),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
