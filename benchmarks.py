@@ -217,13 +217,20 @@ def make_chunks(docs, n, pipeline='paper'):
 # any set as token documents
 
 
+def token_file(name):
+    """The token file a set names (a set of data/ is its val.bin; a .bin is itself), or None for a text set."""
+    if name in BIN_SETS or name.endswith('.bin'):
+        return name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
+    return None
+
+
 def load_tokens(name, split='test', data_dir='', pipeline='paper'):
     """(token documents, (what their ids mean, how many ids): see common.dataset_vocab) of a known set
     (its split; a set of data/ is its val.bin) or of a .txt, .jsonl or .bin file. A .bin token file
     is one document, read with the meta.pkl beside it if any. pipeline='clean' strips the rows of
     text and skips the blank ones."""
-    if name in BIN_SETS or name.endswith('.bin'):
-        path = name if name.endswith('.bin') else os.path.join('data', name, 'val.bin')
+    path = token_file(name)
+    if path:
         if not os.path.exists(path):
             fail(f'{path} not found' + ('' if name.endswith('.bin') else f': run python data/{name}/prepare.py'))
         if os.path.getsize(path) == 0 or os.path.getsize(path) % 2:

@@ -71,7 +71,7 @@ import time
 
 import torch
 
-from benchmarks import BIN_SETS, KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks
+from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks, token_file
 from checkpoints import checkpoint_tokens, training_record
 from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
                     is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint, trained_block)
@@ -145,7 +145,7 @@ def check_inputs(names):
         fail(f'{data_file} not found')
     if data_file and not data_file.endswith(('.txt', '.jsonl', '.bin')):
         fail(f'--data_file must be a .txt, .jsonl or .bin file, got {data_file}')
-    texts = [name for name in names if name not in BIN_SETS and not name.endswith('.bin')]
+    texts = [name for name in names if not token_file(name)]
     if half and texts:
         fail(f'--half={half} halves a token file (a data/ set, or a .bin), not {texts[0]}: drop --half')
     if out_json and not os.path.isdir(os.path.dirname(os.path.abspath(out_json))):
@@ -253,8 +253,9 @@ def main(given=()):
 
 def text_read(name):
     """What a set's numbers read, for the record: the token file and its half, a Hub set's split, or the file."""
-    if name in BIN_SETS or name.endswith('.bin'):
-        return (name if name.endswith('.bin') else f'data/{name}/val.bin') + (f', {half} half' if half else '')
+    path = token_file(name)
+    if path:
+        return path + (f', {half} half' if half else '')
     return split if name in KNOWN else name
 
 
