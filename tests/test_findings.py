@@ -989,7 +989,7 @@ SCARCE_CURVES = {'gpt': ([3.0, 2.0, 2.5, 2.9], [3.1, 2.1, 2.05, 3.0]),  # its lo
                  'encoder': ([3.0, 2.4, 2.2, 2.3], [3.1, 2.5, 2.25, 2.35])}
 
 
-def write_scarce_arm(runs, name, arm, shift):
+def write_scarce_arm(runs, name, arm, shift, dataset='shakespeare_char'):
     """A run folder as finding scarce reads it: metrics.jsonl (the readings at every evaluation, the gaps of 1 and 4
     at 1.4 and 1.5 both sides, 0.3 more from the left) and best.json (two chunks' NLLs: left to right 2.0 and 2.2, an ensemble of 4
     0.2 lower)."""
@@ -1002,27 +1002,38 @@ def write_scarce_arm(runs, name, arm, shift):
                for i, (s, v) in enumerate(zip(select, val))]
     (folder / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
     chunk_nll = {'l2r': [2.0 + shift, 2.2 + shift], '1': [1.9 + shift, 2.1 + shift], '4': [1.8 + shift, 2.0 + shift]}
-    (folder / 'best.json').write_text(json.dumps(dict(block_size=32, results=dict(shakespeare_char=dict(
-        chunk_nll=chunk_nll)))))
+    (folder / 'best.json').write_text(json.dumps(dict(block_size=32, results={dataset: dict(chunk_nll=chunk_nll)})))
     return str(folder)
 
 
 def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     """Synthetic arms with known curves: each claim reads each run at its lowest selection reading (not its last, not
     its lowest val), the ensemble against the GPT and the mixture of its seeds is paired by chunk, and the crossover
-    is the first epoch whose best so far is below the GPT's."""
+    is the first epoch whose best so far is below the GPT's. A second corpus's prefix (two arms, the FIM mix 0.1
+    lower) gets its own figure and claims, named after it."""
     from experiments.measure import Measured
     from experiments.presets import PRESETS
     from experiments.scarce import SCARCE_ARMS, finding_scarce, scarce_run
-    p = PRESETS['smoke']
+    second = ('wikitext2_char', 2000, ('gpt', 'fim-mix'))
+    p = PRESETS['smoke'] | dict(scarce=PRESETS['smoke']['scarce'] | dict(
+        prefixes=PRESETS['smoke']['scarce']['prefixes'] + (second,)))
     seeds, runs, folders = [1337, 1], tmp_path / 'runs', {}
     for i, s in enumerate(seeds):
         for arm in SCARCE_ARMS:
             name = scarce_run(arm, 2000, s)
             folders[name] = write_scarce_arm(runs, name, arm, 0.02 * i)
+        for arm in second[2]:
+            name = scarce_run(arm, 2000, s, second[0])
+            folders[name] = write_scarce_arm(runs, name, arm, 0.02 * i - 0.1 * (arm == 'fim-mix'), second[0])
     m = Measured(folders, str(tmp_path), seeds, unigram=4.2)
     figures, claims = finding_scarce(m, p)
-    assert figures == ['ours_scarce_2k.png'] and (tmp_path / figures[0]).read_bytes().startswith(PNG)
+    assert figures == ['ours_scarce_2k.png', 'ours_scarce_2k_wikitext2_char.png']
+    assert all((tmp_path / f).read_bytes().startswith(PNG) for f in figures)
+    on_second = [c for c in claims if c['claim'].startswith('(Ours, on wikitext2_char) ')]
+    # the FIM mix's five: left to right, the ensemble against the GPT and the mixture, the gaps of 4, the epoch
+    assert len(on_second) == 5 and on_second[0]['numbers']['effect [95% interval] (n)'].effect == \
+        pytest.approx(2.1 - 1.85)
+    claims = claims[:len(claims) - len(on_second)]
     effect = lambda start, arm='fim-mix': next(c['numbers']['effect [95% interval] (n)'].effect for c in claims
                                                if c['claim'].startswith(start.format(arm=SCARCE_ARMS[arm][0])))
     assert effect('(Ours) On 2,000 characters repeated for 30 iterations (3 epochs), {arm} reads') == \
