@@ -482,6 +482,14 @@ def sampling_options(settings, **point):
 # -----------------------------------------------------------------------------
 # small files and tables
 
+def write_json(path, obj, **kw):
+    """json.dump obj to path through a file beside it, then renamed: a kill or a failed dump never leaves path cut
+    (a run's records are read again by the next call)."""
+    with open(path + '.tmp', 'w') as f:
+        json.dump(obj, f, **kw)
+    os.replace(path + '.tmp', path)
+
+
 def read_lines(path):
     """The lines of a UTF-8 text file, without their newline; one-line error if it is not UTF-8."""
     try:

@@ -65,7 +65,6 @@ to the environment variable AOGPT_DATA_DIR, the project's one data-location sett
 
 Speed: see scoring.py (the fast ensemble).
 """
-import json
 import os
 import time
 
@@ -74,7 +73,7 @@ import torch
 from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks, token_file
 from checkpoints import checkpoint_tokens, training_record
 from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
-                    is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint, trained_block)
+                    is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint, trained_block, write_json)
 from configurator import configure
 from engine import compile_forward
 from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
@@ -244,10 +243,9 @@ def main(given=()):
                              chunk_nll=nlls, seconds=round(time.time() - t0, 2))
     report_gaps(results) if gap_settings else report(results, ensemble)
     if out_json:
-        with open(out_json, 'w') as f:
-            json.dump(dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype, gaps=gaps,
-                           l2r_dtype=precision, **(dict(mc_samples=mc_samples) if encoder else {}), results=results),
-                      f, indent=2)
+        write_json(out_json, dict(checkpoint=source, block_size=n, ensemble=ensemble, seed=seed, dtype=dtype, gaps=gaps,
+                                  l2r_dtype=precision, **(dict(mc_samples=mc_samples) if encoder else {}),
+                                  results=results), indent=2)
         print(f'wrote {out_json}')
 
 

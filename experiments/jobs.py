@@ -15,7 +15,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 
-from common import fail, read_jsonl, run_python
+from common import fail, read_jsonl, run_python, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo's folder: the scripts the jobs run
 
@@ -159,10 +159,7 @@ def run_jobs(jobs, n_workers, threads):
         print(f'{job.name}: started')
         if job.settings is not None:
             os.makedirs(os.path.dirname(job.log), exist_ok=True)
-            path = os.path.join(os.path.dirname(job.log), 'args.json')
-            with open(path + '.tmp', 'w') as f:  # then renamed: a kill never leaves it cut
-                json.dump(job.settings, f)
-            os.replace(path + '.tmp', path)
+            write_json(os.path.join(os.path.dirname(job.log), 'args.json'), job.settings)
         t0 = time.time()
         code = run_python(job.argv, os.getcwd(), env, job.log, pids=live)
         ended = 'finished' if code == 0 else 'stopped' if live.signal else f'failed ({code})'
@@ -200,8 +197,7 @@ def add_wall_minutes(runs_dir, minutes):
     call that only redraws reports the time the results took, not its own few seconds."""
     path = os.path.join(runs_dir, 'wall_minutes.json')
     total = (read_json(path) if os.path.exists(path) else 0) + minutes
-    with open(path, 'w') as f:
-        json.dump(round(total, 1), f)
+    write_json(path, round(total, 1))
     return round(total, 1)
 
 

@@ -6,14 +6,13 @@ iteration kept: batch 16, 4, 1), 2 seeds; at the longer blocks also our query-on
 GPT keeps its choice); final losses against the block size, losses by the share known and by the distance to the
 nearest known token (cpu and smoke presets).
 """
-import json
 import os
 
 import numpy as np
 import torch
 
 from checkpoints import load_checkpoint
-from common import fail
+from common import fail, write_json
 from experiments.finding import Finding, Sweep
 from experiments.jobs import read_json, read_metrics
 from experiments.measure import LOSS, claim
@@ -129,9 +128,7 @@ def context_losses(folder, dataset, block, chunks, per_share, seed=SEEDS[0]):
     rounded = torch.where(distances < block, 2 ** torch.ceil(torch.log2(distances.double())).long(), -1)
     result = dict(share=[mean(share == i) for i in range(SHARES)],
                   distance={('none' if d == -1 else str(d)): mean(rounded == d) for d in rounded.unique().tolist()})
-    with open(path + '.tmp', 'w') as f:  # then renamed: a kill never leaves it cut
-        json.dump(result, f)
-    os.replace(path + '.tmp', path)
+    write_json(path, result)
     return result
 
 

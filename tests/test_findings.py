@@ -336,6 +336,17 @@ def test_a_cut_args_json_is_one_line(tmp_path, workdir):
          f'{args} is not JSON', f'delete the run folder {args.parent} to train it again')
 
 
+def test_a_record_is_never_left_cut(tmp_path):
+    """common.write_json (args.json, wall_minutes.json, eval_ppl.py's --out_json): a dump that fails partway leaves the
+    file as it was, not the part written."""
+    from common import write_json
+    path = str(tmp_path / 'best.json')
+    write_json(path, dict(results=1))
+    with pytest.raises(TypeError):
+        write_json(path, dict(results=2, more=object()))  # json.dump writes "results": 2 before it fails
+    assert json.loads((tmp_path / 'best.json').read_text()) == dict(results=1)
+
+
 def test_finding_orders_without_its_second_corpus_is_one_line(tmp_path, workdir):
     says(one_line_error('findings.py', '--preset=cpu', '--only=orders', f'--out_dir={tmp_path}', cwd=workdir),
          'data/wikitext2_char/train.bin not found: run python data/wikitext2_char/prepare.py first')
