@@ -201,15 +201,22 @@ def test_a_signal_before_or_during_an_evaluation_stops_at_once_and_the_resume_ev
     same_run((workdir, 'out-slow-eval'), (workdir, out_dir))
 
 
+DDP = ['--gradient_accumulation_steps=2', '--max_iters=50', '--eval_interval=25', '--lr_decay_iters=50',
+       '--log_interval=1', '--dropout=0.1']  # PREEMPTIBLE, shorter: the signal comes at 13
+
+
+@pytest.fixture(scope='module')
+def ddp_run(workdir):
+    """torchrun with 2 processes (gloo), uninterrupted: its stdout. The stopped and resumed run is compared with it."""
+    return run_script('train.py', *TINY, '--out_dir=out-ddp', *DDP, cwd=workdir, nproc=2).stdout
+
+
 @pytest.mark.slow
-def test_torchrun_stops_every_process_and_auto_goes_on(workdir):
-    ddp = ['--gradient_accumulation_steps=2', '--max_iters=50', '--eval_interval=25', '--lr_decay_iters=50',
-           '--log_interval=1', '--dropout=0.1']  # PREEMPTIBLE, shorter: the signal comes at 13
-    run_script('train.py', *TINY, '--out_dir=out-ddp-straight', *ddp, cwd=workdir, nproc=2)
-    _, stopped, out, _ = stop_at(workdir, 'out-ddp-preempted', 13, [signal.SIGTERM], *ddp, nproc=2)
+def test_torchrun_stops_every_process_and_auto_goes_on(workdir, ddp_run):
+    _, stopped, out, _ = stop_at(workdir, 'out-ddp-preempted', 13, [signal.SIGTERM], *DDP, nproc=2)
     assert stopped and stored_checkpoint(workdir, 'out-ddp-preempted')['iter_num'] == stopped < 50
-    run_script('train.py', *TINY, '--out_dir=out-ddp-preempted', *ddp, '--init_from=auto', cwd=workdir, nproc=2)
-    same_run((workdir, 'out-ddp-straight'), (workdir, 'out-ddp-preempted'))
+    run_script('train.py', *TINY, '--out_dir=out-ddp-preempted', *DDP, '--init_from=auto', cwd=workdir, nproc=2)
+    same_run((workdir, 'out-ddp'), (workdir, 'out-ddp-preempted'))
 
 
 def test_auto_starts_a_run_then_goes_on_only_with_its_settings(workdir):
@@ -271,12 +278,10 @@ def test_encoder_bad_settings_are_one_line(workdir, args, parts):
 
 
 @pytest.mark.slow  # torchrun: two processes
-def test_ddp_two_processes_with_gloo(workdir):
-    out = run_script('train.py', *TINY, '--out_dir=out-ddp', '--gradient_accumulation_steps=2', '--max_iters=8',
-                     '--eval_interval=8', cwd=workdir, nproc=2)
-    assert out.stdout.count('tokens per iteration: 512') == 1  # 2 processes x 1 micro-step x 8 x 32, logged once
+def test_ddp_two_processes_with_gloo(workdir, ddp_run):
+    assert ddp_run.count('tokens per iteration: 512') == 1  # 2 processes x 1 micro-step x 8 x 32, logged once
     ckpt = stored_checkpoint(workdir, 'out-ddp')
-    assert ckpt['iter_num'] == 8
+    assert ckpt['iter_num'] == 50
     assert all(torch.isfinite(t).all() for t in ckpt['model'].values())
     assert all(math.isfinite(r['val_ao']) for r in metrics(workdir, 'out-ddp'))
 
