@@ -31,25 +31,28 @@ def metrics_files(out):
 
 @pytest.fixture(scope='module')
 def smoke(workdir, tmp_path_factory, one_thread):
-    """The smoke preset run once, on the tests' synthetic play, rewriting a README: (out_dir, stdout, README).
+    """The smoke preset run once, on the tests' synthetic play, rewriting a README: (out_dir, stdout, README, its
+    findings {finding: entry in results.json}; a later call rewrites results.json).
     It trains two seeds of every kind, a minute or two: the tests that use it are marked slow."""
     out = tmp_path_factory.mktemp('findings') / 'smoke'
     readme = out.parent / 'README.md'
     readme.write_text(README)
-    # all but finding orders, whose 18 runs would double the fixture's time (its own tests are below)
+    # all but finding orders, whose 18 runs would double the fixture's time (its own tests are below), and scarce;
+    # adapt and streams train finding orders' GPT and FIM mix only
     result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', f'--readme={readme}',
-                        '--only=1,2,3,4,6,8,plateau,long,length,infill', cwd=workdir)
-    return out, result.stdout, readme
+                        '--only=1,2,3,4,6,8,plateau,long,length,infill,adapt,streams', cwd=workdir)
+    findings = json.loads((out / 'results.json').read_text())['findings']
+    return out, result.stdout, readme, {f['finding']: f for f in findings}
 
 
 @pytest.mark.slow
 def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
-    out, stdout, _ = smoke
+    out, stdout, _, _ = smoke
     for name in FIGURES:
         assert (out / name).read_bytes().startswith(PNG), name
     results = json.loads((out / 'results.json').read_text())
     assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8', 'plateau', 'long',
-                                                          'length', 'infill']
+                                                          'length', 'infill', 'adapt', 'streams']
     md = (out / 'results.md').read_text()
     for finding in results['findings'][1:]:
         assert f"## {finding['finding']}. {finding['title']}" in md
@@ -61,7 +64,7 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
         for name in finding['figures']:
             assert f'![{name}]({name})' in md
     # length: against the encoder at each block, and at the longer one each variant against the encoder and rotary
-    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 6, 2]
+    assert [len(f['claims']) for f in results['findings']] == [1, 1, 2, 3, 2, 4, 2, 2, 2, 6, 2, 13, 12]
     timing = {c['claim']: c['numbers']['effect [95% interval] (n)'] for c in results['findings'][5]['claims']}
     assert [i['n'] for c, i in timing.items() if 'generates faster' in c or 'grows with the sequence' in c] == \
         ['2 timing repeats'] * 2
@@ -71,7 +74,7 @@ def test_smoke_writes_the_sweep_every_figure_and_claim(smoke):
 
 @pytest.mark.slow
 def test_the_sweep_trains_every_point_and_the_seeds_take_the_choice(smoke):
-    out, _, _ = smoke
+    out, _, _, _ = smoke
     runs = set(os.listdir(out / 'runs'))
     # the two position encodings of every kind (one rate, one gate_init in the smoke grid)
     assert {f'sweep-{kind}-lr0.01-gate1-{pe}' for kind in ('l2r', 'mixed', 'random', 'encoder')
@@ -355,10 +358,9 @@ def test_finding_orders_without_its_second_corpus_is_one_line(tmp_path, workdir)
 
 @pytest.mark.slow
 def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
-    out, _, _ = smoke
+    out, _, _, findings = smoke
     runs = set(os.listdir(out / 'runs'))
-    results = json.loads((out / 'results.json').read_text())
-    chosen = json.loads(results['findings'][0]['claims'][0]['numbers'][
+    chosen = json.loads(findings['sweep']['claims'][0]['numbers'][
         'chosen for mixed (AO-GPT, 10% left to right)'])['position_encoding']
     other = ({'learned', 'rotary'} - {chosen}).pop()
     # the chosen encoding's runs are the kind's own; the other's first seed is the sweep's point beside the winner
@@ -369,7 +371,7 @@ def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     assert args['position_encoding'] == 'rotary_plain' and args['seed'] == 1 and args['block_size'] == 32
     args = json.loads((out / 'runs' / 'mixed-long-rotary-s1' / 'args.json').read_text())
     assert (args['block_size'], args['batch_size'], args['position_encoding']) == (64, 2, 'rotary')
-    plateau, long, length, infill = results['findings'][-4:]
+    plateau, long, length, infill = (findings[name] for name in ('plateau', 'long', 'length', 'infill'))
     assert plateau['title'].startswith('(Ours)') and long['title'].startswith('(Ours)')
     args = json.loads((out / 'runs' / 'encoder-block64-s1' / 'args.json').read_text())
     assert (args['block_size'], args['batch_size'], args['architecture']) == (64, 2, 'encoder')
@@ -387,14 +389,14 @@ def test_our_plateau_findings_reuse_runs_and_measure_each_seed(smoke):
     assert len(left) == 6 and all(v == 'never' or v in (0, 10, 20, 30) for v in left.values())
     assert {f'final val {r} loss, {pe}' for r in ('any-order', 'left-to-right') for pe in
             ('learned', 'rotary', 'rotary_plain')} <= set(numbers)
-    sigma = results['findings'][6]['claims'][0]
+    sigma = findings['8']['claims'][0]
     assert "position_encoding '" in sigma['claim'] and 'position encodings, AO-GPT / sigma-GPT' in ' '.join(
         sigma['numbers'])
 
 
 @pytest.mark.slow
 def test_the_readme_section_is_rewritten_from_the_results(smoke):
-    out, _, readme = smoke
+    out, _, readme, _ = smoke
     text = readme.read_text()
     assert text.startswith('intro\n\n## Findings\n\n<!-- findings:start -->\n')
     assert text.endswith('<!-- findings:end -->\n\n## Tests\n')
@@ -407,7 +409,7 @@ def test_the_readme_section_is_rewritten_from_the_results(smoke):
 
 @pytest.mark.slow
 def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
-    out, _, _ = smoke
+    out, _, _, _ = smoke
     before = metrics_files(out)
     wall = json.loads((out / 'results.json').read_text())['settings']
     result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=1,7', cwd=workdir)
@@ -423,7 +425,7 @@ def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
 
 @pytest.mark.slow
 def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, workdir, tmp_path):
-    out, _, _ = smoke
+    out, _, _, _ = smoke
     moved = tmp_path / 'moved'
     shutil.copytree(out, moved)
     run = moved / 'runs' / 'sweep-l2r-lr0.01-gate1-learned'
@@ -439,7 +441,7 @@ def test_a_moved_folder_is_the_same_run_and_an_interrupted_run_resumes(smoke, wo
 
 @pytest.mark.slow
 def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
-    out, _, _ = smoke
+    out, _, _, _ = smoke
     says(one_line_error('findings.py', '--only=9', cwd=workdir), '--only', '9', '1, 2, 3, 4, 6, 8, plateau, long, length')
     for name in ('long', 'length'):
         says(one_line_error('findings.py', '--preset=gpu', f'--only={name}', '--dry_run', cwd=workdir), f'--only={name}',
@@ -879,20 +881,11 @@ def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
         {0: 3.5 + 1, 30: 2.42 + 1, 60: 2.42 + 1 / 31})
 
 
-@pytest.fixture(scope='module')
-def smoke_adapt_streams(workdir, tmp_path_factory, one_thread):
-    """--only=adapt,streams at toy size, in one call: they share the kinds' sweeps and finding orders' GPT and FIM mix
-    runs. (out_dir, stdout, {finding: its entry in results.json})."""
-    out = tmp_path_factory.mktemp('findings') / 'adapt-streams'
-    result = run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=adapt,streams', cwd=workdir)
-    return out, result.stdout, {f['finding']: f for f in json.loads((out / 'results.json').read_text())['findings']}
-
-
 @pytest.mark.slow
-def test_smoke_adapt_end_to_end(smoke_adapt_streams):
-    """--only=adapt at toy size: the kinds' sweeps, the GPT parents, the adaptations' sweep, their seeds from the
+def test_smoke_adapt_end_to_end(smoke):
+    """Finding adapt at toy size: the kinds' sweeps, the GPT parents, the adaptations' sweep, their seeds from the
     parents' checkpoints, the larger size, the evaluations, every claim."""
-    out, stdout, findings = smoke_adapt_streams
+    out, stdout, _, findings = smoke
     adapt = findings['adapt']
     assert adapt['title'].startswith('(Ours)')
     assert len(adapt['claims']) == 3 * (1 + 2 + 1) + 1  # the smoke preset: one corpus, spans 1 and 4 inside the block
@@ -977,10 +970,10 @@ def test_the_streams_claims_read_each_arms_numbers(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_streams_end_to_end(smoke_adapt_streams):
-    """--only=streams at toy size: the kinds' sweeps, finding orders' GPT and FIM mix, two streams at the same and half
-    the iterations, the target in the queries, their evaluations, every claim."""
-    out, _, findings = smoke_adapt_streams
+def test_smoke_streams_end_to_end(smoke):
+    """Finding streams at toy size: the kinds' sweeps, finding orders' GPT and FIM mix, two streams at the same and
+    half the iterations, the target in the queries, their evaluations, every claim."""
+    out, _, _, findings = smoke
     streams = findings['streams']
     assert len(streams['claims']) == 3 * 4
     for claim in streams['claims']:
