@@ -47,7 +47,7 @@ def test_an_evaluation_holds_a_rows_logits_not_the_batchs(workdir, real_ckpt):
     assert 'EMA loss' in out and peak < 1300
 
 
-@pytest.mark.parametrize('args', [[], ['--steps=64'], ['--order=confidence', '--steps=16'], ['--speculate=8']])
+@pytest.mark.parametrize('args', [[], ['--steps=64'], ['--order=confidence', '--steps=8'], ['--speculate=8']])
 @pytest.mark.needs('gpt2_bpe')
 def test_sample_1024_tokens(workdir, real_ckpt, args):
     out, peak = peak_memory_run('sample.py', '--out_dir=out-real', '--num_samples=2', '--device=cpu', '--dtype=float32',
