@@ -17,8 +17,8 @@ def real_ckpt(workdir, bpe_ckpt):  # bpe_ckpt writes data/webtext
     # one row a micro-step: each row is 1,025 x 50,304 logits and their gradient, the shapes this file is for.
     # With the little-data settings too: a prefix of 4,096 tokens, the best on val.bin's first half, input masking
     out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real', '--device=cpu',
-                                '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=64',
-                                '--cond_dim=32', '--block_size=1024', '--batch_size=1',
+                                '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2', '--n_embd=32',
+                                '--cond_dim=16', '--block_size=1024', '--batch_size=1',
                                 '--gradient_accumulation_steps=2', '--max_iters=2', '--eval_interval=2',
                                 '--eval_iters=1', '--warmup_iters=1', '--lr_decay_iters=2', '--train_tokens=4096',
                                 '--keep_best=l2r', '--input_mask=0.15', cwd=workdir)
@@ -90,7 +90,7 @@ def test_rotary_decoder_trains_samples_and_evaluates(workdir, bpe_ckpt):
     # query at its own target) and an ensemble's queries
     out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real-rotary', '--device=cpu',
                                 '--position_encoding=rotary', '--dtype=float32', '--compile=False', '--n_layer=2',
-                                '--n_head=2', '--n_embd=64', '--cond_dim=32', '--block_size=1024', '--batch_size=1',
+                                '--n_head=2', '--n_embd=32', '--cond_dim=16', '--block_size=1024', '--batch_size=1',
                                 '--max_iters=1', '--eval_interval=1', '--eval_iters=1', '--warmup_iters=0',
                                 '--lr_decay_iters=1', '--gradient_accumulation_steps=1', cwd=workdir)
     print(f'train.py --position_encoding=rotary, block 1024: peak {peak:.0f} MB')
@@ -112,7 +112,7 @@ def test_rotary_decoder_trains_samples_and_evaluates(workdir, bpe_ckpt):
 def real_mdm(workdir, bpe_ckpt):  # the encoder at the same shapes
     return peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real-mdm', '--architecture=encoder',
                            '--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2', '--n_head=2',
-                           '--n_embd=64', '--cond_dim=32', '--block_size=1024', '--batch_size=1', '--max_iters=2',
+                           '--n_embd=32', '--cond_dim=16', '--block_size=1024', '--batch_size=1', '--max_iters=2',
                            '--gradient_accumulation_steps=2', '--eval_interval=2', '--eval_iters=1',
                            '--warmup_iters=1', '--lr_decay_iters=2', cwd=workdir)
 
