@@ -103,16 +103,16 @@ def test_long_compares_eager_and_compiled_over_the_step_counts(tmp_path, one_thr
 @pytest.mark.slow
 def test_gpu_check_dry_run(tmp_path, workdir):
     # the GPU check's every step, on the CPU at tiny sizes (SMALL=1), in a copy of the repo whose data are the
-    # suite's synthetic play (characters) and synthetic GPT-2 ids (BPE): the report says each ended well
+    # suite's synthetic play (characters: the char model, and the tax's arms in the dry run) and synthetic GPT-2 ids
+    # (BPE): the report says each ended well
     root = tmp_path / 'repo'
     shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns('.git', 'out*', 'tests', 'docs', '__pycache__', '*.bin',
                                                               'meta.pkl', 'input.txt', 'wandb'))
     shutil.copytree(workdir / 'data' / 'shakespeare_char', root / 'data' / 'shakespeare_char', dirs_exist_ok=True)
-    for name in ('shakespeare', 'python'):
-        for split in ('train', 'val'):
-            synthetic_gpt2_ids(20000, 0).tofile(root / 'data' / name / f'{split}.bin')
+    for split in ('train', 'val'):
+        synthetic_gpt2_ids(20000, 0).tofile(root / 'data' / 'shakespeare' / f'{split}.bin')
     # not the Python corpus's runs (python) nor the rotary training step (rotary): tax trains the Python corpus's
-    # rotary run (config and data) for each of its arms, and train runs torchrun with the config of the learned run;
+    # rotary config for each of its arms, and train runs torchrun with the config of the learned run;
     # nor the decoding steps (decode): half of this test's time in compiles, and test_step_compares_eager_and_compiled
     # runs that bench
     env = dict(os.environ, SMALL='1', OUT=str(tmp_path / 'out'),

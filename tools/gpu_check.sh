@@ -47,6 +47,7 @@ if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none 
           --block_size=$BLOCK --batch_size=4 --eval_iters=1 --log_interval=2)  # after each training's own flags
     SHORT=(--max_iters=4 --eval_interval=4 --warmup_iters=2 --lr_decay_iters=4)
     CHAR_ITERS=5
+    TAX_DATA=shakespeare_char  # three runs side by side on 2 cores: at GPT-2's vocabulary each spends them in its head
     LONG=(--max_iters=4 --eval_interval=4 --warmup_iters=2 --lr_decay_iters=4)
     BATCHES=2  # one batch: each compiles its graphs
     ROUNDS=(--rounds=1)  # each timing once, after the step's own --rounds
@@ -63,6 +64,7 @@ else  # the small recipe (124M, block 1,024), bf16 autocast, compiled
     TINY=()
     SHORT=(--max_iters=40 --eval_interval=40 --eval_iters=2 --log_interval=10 --warmup_iters=10 --lr_decay_iters=40)
     CHAR_ITERS=500
+    TAX_DATA=python
     # the Python corpus: about 2 minutes a run with the compile, 1,000 iterations of 16 x 1,024 tokens (16M tokens,
     # an epoch)
     LONG=(--max_iters=1000 --eval_interval=200 --eval_iters=10 --log_interval=100 --warmup_iters=100
@@ -141,7 +143,7 @@ side_by_side() {  # side_by_side LOG COMMAND...: COMMAND for each arm at once, @
 export -f side_by_side
 export WORK TAX_ARMS
 step tax 'the any-order tax: GPT, paper mix, FIM mix trained side by side' 360 bash -c 'side_by_side train.log "$@"' _ \
-    python3 train.py config/train_ao_gpt_small_rotary.py --dataset=python --gradient_accumulation_steps=1 \
+    python3 train.py config/train_ao_gpt_small_rotary.py --dataset=$TAX_DATA --gradient_accumulation_steps=1 \
     --out_dir=$WORK/tax-@ARM@ @ORDER@ --overwrite=True "${SCALE[@]}" "${LONG[@]}" "${TINY[@]}"
 wanted tax && for spec in $TAX_ARMS; do
     arm=${spec%%:*}
@@ -149,7 +151,7 @@ wanted tax && for spec in $TAX_ARMS; do
                                             echo '```'; echo; } >>"$REPORT"
 done
 step tax 'the any-order tax: gap NLLs' 120 bash -c 'side_by_side gaps.log "$@"' _ python3 eval_ppl.py \
-    --out_dir=$WORK/tax-@ARM@ --data_file=data/python/val.bin --dtype=bfloat16 "${SCALE[@]:0:1}" "${GAPS[@]}" \
+    --out_dir=$WORK/tax-@ARM@ --data_file=data/$TAX_DATA/val.bin --dtype=bfloat16 "${SCALE[@]:0:1}" "${GAPS[@]}" \
     --out_json=$WORK/tax-@ARM@/gaps.json
 wanted tax && for spec in $TAX_ARMS; do
     arm=${spec%%:*}
