@@ -182,7 +182,7 @@ def log_mean_exp(values):
 
 def crossover(m, runs, arm, gpt='gpt'):
     """The first epoch at whose evaluation the arm's best left-to-right reading so far (report half, at the best
-    selection so far, meaned over seeds) is below the GPT's; None if never."""
+    selection so far, meaned over seeds) is below the GPT's; 'never' if it never is (the report prints it)."""
     def best_so_far(name):
         records, out = m.metrics(name), []
         for i in range(len(records)):
@@ -190,7 +190,7 @@ def crossover(m, runs, arm, gpt='gpt'):
         return out
     mean = lambda names: [(curves[0][0], statistics.mean(v for _, v in curves))
                           for curves in zip(*(best_so_far(n) for n in names))]
-    return next((epoch for (epoch, a), (_, g) in zip(mean(runs[arm]), mean(runs[gpt])) if a < g), None)
+    return next((epoch for (epoch, a), (_, g) in zip(mean(runs[arm]), mean(runs[gpt])) if a < g), 'never')
 
 
 def did_not_learn(m, names):

@@ -1013,11 +1013,11 @@ def write_scarce_arm(runs, name, arm, shift, dataset='shakespeare_char'):
 def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     """Synthetic arms with known curves: each claim reads each run at its lowest selection reading (not its last, not
     its lowest val), the ensemble against the GPT and the mixture of its seeds is paired by chunk, and the crossover
-    is the first epoch whose best so far is below the GPT's. A second corpus's prefix (two arms, the FIM mix 0.1
-    lower) gets its own figure and claims, named after it."""
+    is the first epoch whose best so far is below the GPT's ('never' against itself). A second corpus's prefix (two
+    arms, the FIM mix 0.1 lower) gets its own figure and claims, named after it."""
     from experiments.measure import Measured
     from experiments.presets import PRESETS
-    from experiments.scarce import SCARCE_ARMS, finding_scarce, scarce_run
+    from experiments.scarce import SCARCE_ARMS, crossover, finding_scarce, scarce_run
     second = ('wikitext2_char', 2000, ('gpt', 'fim-mix'))
     p = PRESETS['smoke'] | dict(scarce=PRESETS['smoke']['scarce'] | dict(
         prefixes=PRESETS['smoke']['scarce']['prefixes'] + (second,)))
@@ -1060,6 +1060,7 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     numbers = claims[0]['numbers']
     assert numbers[f"{SCARCE_ARMS['fim-mix'][0]}: epochs after which its best so far reads left to right below the "
                    "GPT's"] == 2.0
+    assert crossover(m, {'gpt': [scarce_run('gpt', 2000, s) for s in seeds]}, 'gpt') == 'never'
     assert numbers[f"{SCARCE_ARMS['gpt'][0]}: at its best evaluation, epoch"]['mean'] == 1.0
     gaps = {k: v['mean'] for k, v in numbers.items() if 'gaps of 1,' in k}
     assert gaps == pytest.approx({f"{SCARCE_ARMS['gpt'][0]}: at its best evaluation, gaps of 1, left side": 1.71,
