@@ -40,7 +40,7 @@ the number of steps (`sample_steps`) at block `sample_block_size`, random order,
 decoders with their KV cache (about flat in the steps), the encoder with a full forward per step
 (growing with the steps), with the encoder / AO-GPT ratio (the paper's Figure 4). Each generation
 is timed once, after a warm-up, the models taking turns.
-generate: transformers' generate() on an exported folder's causal LM (modeling_ao_gpt.py; needs transformers) at block
+generate: transformers' generate() on an exported folder's causal LM (aogpt/modeling_ao_gpt.py; needs transformers) at block
 `sample_block_size`, greedy, `generate_tokens` new tokens after a prompt of one, at batch 1 and `batch_size`: with
 its cache (a DynamicCache) against without (every step reads the whole input) and against the folder's own cached
 sampler (model.sample, order='l2r', temperature 0), with whether the three give the same tokens; median of `rounds`.
@@ -71,15 +71,19 @@ import warnings
 
 import torch
 
-from checkpoints import token_count
-from common import (TOP_P_RULE, at_least, autocast, check_device, check_settings, fail, find_checkpoint,
-                    hold_freed_memory, parse_list, peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
+from aogpt.checkpoints import token_count
+from aogpt.common import (at_least, autocast, check_device, check_settings, find_checkpoint, hold_freed_memory,
+                          peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
+from aogpt.sampling import TOP_P_RULE, parse_list
+from configurator import fail
 from configurator import configure
-from engine import (Engine, Forward, Sampling, Speculation, auto_k, compile_decoding, count_of, generate,
-                    generate_many, sample_tokens, step_sizes)
+from aogpt.decoding import generate, generate_many
+from aogpt.engine import Engine, Forward, Sampling, compile_decoding, sample_tokens, step_sizes
+from aogpt.speculative import Speculation, auto_k
+from configurator import count_of
 from model import GPTConfig, build_model
-from scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
-from training import training_inputs
+from aogpt.scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
+from aogpt.training import training_inputs
 
 device = 'cpu'
 dtype = 'float32'  # 'float32', 'bfloat16' or 'float16'
@@ -142,8 +146,8 @@ def check_inputs():
         if not (checkpoint or speculate_random):
             fail('--speculate_random=False leaves --run=speculate no model: give it a --checkpoint')
     if checkpoint and not {'speculate', 'step'} & runs:
-        fail(f'--checkpoint is read by --run=speculate and --run=step only, and --run={run}: add one of them to '
-             f'--run or drop --checkpoint')
+        fail(f'--checkpoint is read only by --run=speculate and --run=step, not by --run={run}: add one of them '
+             f'to --run or drop --checkpoint')
     if 'step' in runs:
         parse_list('step_batches', step_batches, int, at_least(1))
     if sync_check and not device.startswith('cuda'):
@@ -585,7 +589,7 @@ def forward_share(fn):
 
 def bench_generate():
     try:
-        from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+        from aogpt.modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
     except ImportError:
         fail('--run=generate times transformers\' generate(), which needs transformers: pip install transformers')
     torch.manual_seed(seed)

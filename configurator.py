@@ -1,5 +1,7 @@
 """
-Command-line overrides for the module-level settings of a script.
+Command-line overrides for the module-level settings of a script, and the readers every setting shares: one-line
+errors (fail), the rules of values (check_rules), numbers (parse_number) and infill templates (parse_infill). It
+imports nothing of the repo and no torch: the ground the rest stands on.
 
 A script defines its settings as plain globals with defaults (its public lower-case globals of a
 plain type: setting_keys), then hands them over:
@@ -18,28 +20,36 @@ Arguments are applied left to right, so a later one wins:
   default (a str stays as typed, a None default goes through ast.literal_eval)
 - a whole number written as a float (1e3, 1000.0) is an int wherever the default is an int or None
   (a None default stands for an optional int: top_k, steps, ...), in a file or a flag alike; 1.5 is
-  refused where an int is expected; numbers are read by engine.parse_number, the reader of every setting and
+  refused where an int is expected; numbers are read by parse_number, the reader of every setting and
   template, in ASCII digits only (int() and float() also read other scripts' digits, such as '٥')
 - --key alone sets a bool setting to True
 - --help or -h lists every setting with its default and exits; any other -x is an error
 
 A mistake (unknown key, bad value, missing or broken file) stops the script with one line on
-stderr (common.fail); under torchrun only rank 0 prints it. common.check_settings() checks ranges
+stderr (fail); under torchrun only rank 0 prints it. common.check_settings() checks ranges
 the same way.
 """
 import ast
 import difflib
 import math
 import os
+import re
 import sys
-
-from common import fail, rank
-from engine import parse_number, whole
 
 PLAIN_TYPES = (int, float, bool, str, type(None))
 DATA_TYPES = (list, tuple, dict, set)  # never silently dropped, whatever their name
 TRUE_WORDS = {'true', '1', 'yes'}
 FALSE_WORDS = {'false', '0', 'no'}
+
+
+def rank():
+    """This process's rank under torchrun, 0 otherwise."""
+    return int(os.environ.get('RANK', 0))
+
+
+def fail(message):
+    """Stop a script with a one-line error (no traceback); under torchrun only rank 0 says it."""
+    raise SystemExit(f'error: {message}' if rank() == 0 else 1)
 
 
 def setting_keys(namespace):
@@ -186,3 +196,74 @@ def print_help(namespace, keys, doc):
     width = max((len(k) for k in keys), default=0)
     for key in keys:
         print(f'  --{key:<{width}} = {namespace[key]!r}')
+
+
+def check_rules(values, rules, flag='{}'):
+    """Raise ValueError naming the first value that breaks its rule; rules: {key: (test, what)}; flag names a value
+    as its user wrote it (a script's --key, an argument's key)."""
+    for key, (test, what) in rules.items():
+        try:
+            ok = test(values[key])
+        except TypeError:  # e.g. a str where a number was expected (None defaults take any literal)
+            ok = False
+        if not ok:
+            raise ValueError(f'{flag.format(key)} must be {what}, got {values[key]!r}')
+
+
+def whole(value):
+    """A float that is a whole number (1000.0, 1e3) as that int, the one rule for ints written as floats; any other
+    value as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def parse_number(text, kind=float):
+    """The number that text writes, the one reader of numbers in settings and templates: kind=int takes a whole
+    number, also written as a float (2e5). ASCII only: int() and float() also read other scripts' digits ('٥' is 5).
+    ValueError naming what is wrong, every other character included."""
+    what = 'a whole number' if kind is int else 'a number'
+    others = sorted({c for c in text if not c.isascii()})
+    if others:
+        raise ValueError(f"{text!r} holds {', '.join(f'{c!r} (U+{ord(c):04X})' for c in others)}, not ASCII: write "
+                         f"{what} with the digits 0-9")
+    try:
+        return kind(text)  # an int exactly, however long
+    except ValueError:
+        pass
+    try:
+        number = whole(float(text))  # an int written as a float
+    except ValueError:
+        number = None
+    if type(number) is not kind:
+        raise ValueError(f'{text!r} is not {what}')
+    return number
+
+
+def parse_infill(template, marker, encode):
+    """Token ids and a known-mask (lists) for an infill template, whose text encode() turns into ids: marker is one
+    masked token, and with a count before its last character (e.g. [MASK:5]) that many. ValueError naming every bad
+    count."""
+    pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
+    parts = re.split(pattern, template)
+    texts, counts = parts[::2], parts[1::2]
+    if not counts:
+        raise ValueError(f'the infill template has no {marker} marker')
+    sizes = [1 if count is None else count_of(count) for count in counts]
+    bad = [f'{marker[:-1]}:{count}{marker[-1]}' for count, size in zip(counts, sizes) if not size]
+    if bad:
+        raise ValueError(f"{', '.join(bad)} in the infill template: a masked span needs a whole number of tokens, at "
+                         f"least one, in the digits 0-9 (as in {marker[:-1]}:5{marker[-1]})")
+    encode(''.join(texts))  # a tokenizer's error names every character it does not read, not one piece's
+    ids, known = [], []
+    for text, size in zip(texts, sizes + [0]):  # no marker after the last text
+        piece = encode(text)
+        ids += piece + [0] * size
+        known += [True] * len(piece) + [False] * size
+    return ids, known
+
+
+def count_of(text):
+    """The whole number >= 1 that text writes (parse_number), such as the 5 of [MASK:5]; 0 for any other text."""
+    try:
+        return max(parse_number(text, int), 0)
+    except ValueError:
+        return 0

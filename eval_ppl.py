@@ -63,23 +63,25 @@ to the environment variable AOGPT_DATA_DIR, the project's one data-location sett
 --split defaults to 'test', the standard benchmark split (the authors' WikiText-2 script used
 'train'; --split=train does that with network access).
 
-Speed: see scoring.py (the fast ensemble).
+Speed: see aogpt/scoring.py (the fast ensemble).
 """
 import os
 import time
 
 import torch
 
-from benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks, token_file
-from checkpoints import checkpoint_tokens, training_record
-from common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, fail, find_checkpoint,
-                    is_hf_model, load_hf_causal_lm, one_of, print_table, read_checkpoint, trained_block, write_json)
+from aogpt.benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks, token_file
+from aogpt.checkpoints import checkpoint_tokens, training_record
+from aogpt.common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, find_checkpoint,
+                          one_of, print_table, read_checkpoint, trained_block, write_json)
+from aogpt.scorers import is_hf_model, load_hf_causal_lm
+from configurator import fail
 from configurator import configure
-from engine import compile_forward
-from scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
-                     encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, hf_start_logprobs, left_gap_logprobs,
-                     mixture_logprobs, nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity,
-                     score_chunks)
+from aogpt.engine import compile_forward
+from aogpt.scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
+                           encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, hf_start_logprobs, left_gap_logprobs,
+                           mixture_logprobs, nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity,
+                           score_chunks)
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder

@@ -18,8 +18,9 @@ import json
 import os
 import re
 
-from checkpoints import FOLDER_FILES, CheckpointError, folder_config, is_hf_folder, save_folder, weights_read
-from common import check_settings, check_writable, fail, find_checkpoint, read_checkpoint
+from aogpt.checkpoints import FOLDER_FILES, CheckpointError, folder_config, is_hf_folder, save_folder, weights_read
+from aogpt.common import check_settings, check_writable, find_checkpoint, read_checkpoint
+from configurator import fail
 from configurator import configure
 
 # -----------------------------------------------------------------------------

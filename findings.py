@@ -3,17 +3,17 @@ The paper's findings (Xue et al., arXiv 2506.19935) reproduced by one command an
 reviewer would: every kind of model gets its own settings from one small sweep, the comparisons
 run over seeds, and every claim gets its effect, a 95% interval, its n and a verdict by one rule.
 
-    python findings.py --preset=cpu               # tiny Shakespeare, characters, 2 CPU cores (about 3 hours)
-    python findings.py --preset=cpu --out_dir=docs/findings-cpu --readme=README.md   # as committed
+    python findings.py --preset=cpu               # tiny Shakespeare, characters, 2 CPU cores (4.1 hours: README.md)
+    python findings.py --preset=cpu --out_dir=docs/findings-cpu --readme=docs/findings.md   # as committed
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
     python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt,streams,scarce   # ours
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
-The findings, in the order they run and report (experiments/registry.py); what each runs and claims is in its module
-of experiments/ (1 to 3: left_to_right.py, 4: ensembles.py, 6: generation.py, 8: adaln.py, plateau and long:
-plateau.py, the others: <name>.py), how they are run and judged in experiments/pipeline.py and docs/findings.md:
+The findings, in the order they run and report (aogpt/experiments/registry.py); what each runs and claims is in its module
+of aogpt/experiments/ (1 to 3: left_to_right.py, 4: ensembles.py, 6: generation.py, 8: adaln.py, plateau and long:
+plateau.py, the others: <name>.py), how they are run and judged in aogpt/experiments/pipeline.py and docs/findings.md:
   1        any-order training converges slower than left-to-right (Fig. 1)
   2        language has a left-to-right bias (Fig. 2a)
   3        10% left-to-right training improves both losses (Fig. 2b)
@@ -28,11 +28,11 @@ plateau.py, the others: <name>.py), how they are run and judged in experiments/p
   adapt    (ours) AO-GPT from a GPT: left to right first, any order after
   streams  (ours) two streams, keys and values that carry no target, against one
   scarce   (ours) data-constrained training: AO-GPT against a tuned GPT as the data repeats
-Resumable: a second call trains only what is missing, and only redraws once everything ran (experiments/jobs.py).
+Resumable: a second call trains only what is missing, and only redraws once everything ran (aogpt/experiments/jobs.py).
 SIGTERM stops the running jobs (each training run saves its checkpoint) and exits with 75: the same command goes on.
 """
 from configurator import configure
-from experiments.pipeline import main
+from aogpt.experiments.pipeline import main
 
 # -----------------------------------------------------------------------------
 preset = 'cpu'  # 'cpu', 'gpu' or 'smoke'

@@ -47,18 +47,22 @@ import time
 
 import torch
 
-from checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
-from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
-                    check_settings, check_steps, default_device, default_dtype, decoding_order, describe_vocab, fail,
-                    find_checkpoint, hold_freed_memory, int_at_least, load_tokenizer, one_of, parse_list, print_table,
-                    prompt_tokens, load_scorer, read_checkpoint, read_jsonl, sampling_options, same_vocab,
-                    trained_block)
+from aogpt.checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
+from aogpt.common import (autocast, check_settings, default_device, default_dtype, describe_vocab, find_checkpoint,
+                          hold_freed_memory, int_at_least, load_tokenizer, one_of, print_table, read_checkpoint,
+                          read_jsonl, same_vocab, trained_block)
+from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_sampling,
+                            check_steps, decoding_order, parse_list, prompt_tokens, sampling_options)
+from aogpt.scorers import load_scorer
+from configurator import fail
 from configurator import configure
-from engine import Speculation, compile_decoding, generate_many, speculation_k
-from scoring import SIDES, score_samples, summarize
+from aogpt.decoding import generate_many
+from aogpt.engine import compile_decoding
+from aogpt.speculative import Speculation, speculation_k
+from aogpt.scoring import SIDES, score_samples, summarize
 
 # -----------------------------------------------------------------------------
-globals().update(SAMPLING_SETTINGS)  # the sampler's settings, as sample.py's (common.py); the grid's are comma lists:
+globals().update(SAMPLING_SETTINGS)  # the sampler's settings, as sample.py's (aogpt/sampling.py); the grid's are comma lists:
 steps = ''  # step counts; '' one token per step
 temperature = '1.0'
 top_p = '1.0'

@@ -1,6 +1,6 @@
 """
 The lm-evaluation-harness on a checkpoint of this repo: the harness's own command line (`lm-eval run`),
-with the model of harness.py registered as ao-gpt and chosen unless --model says otherwise.
+with the model of aogpt/harness.py registered as ao-gpt and chosen unless --model says otherwise.
 
     python lm_eval_ao.py --tasks lambada_openai --model_args checkpoint=out/ckpt.pt
     python lm_eval_ao.py --tasks lambada_openai,wikitext --model_args checkpoint=out/ckpt.pt,ensemble=8 \\
@@ -10,7 +10,7 @@ with the model of harness.py registered as ao-gpt and chosen unless --model says
     python lm_eval_ao.py --tasks wikitext_local --include_path tasks --model_args checkpoint=out-mdm/ckpt.pt,score=nelbo
     python lm_eval_ao.py ls tasks --include_path tasks                      # the harness's other commands pass through
 
-Every flag is the harness's (--help lists them); the model_args are harness.py's (its docstring).
+Every flag is the harness's (--help lists them); the model_args are aogpt/harness.py's (its docstring).
 Defaults that differ from the harness's: --model ao-gpt, --device this machine's (cuda if there
 is one, else cpu; the harness's is cuda:0), --batch_size auto (requests per forward as many as
 the model_arg max_tokens allows; the harness's is 1). Needs lm-eval (pip install "lm-eval>=0.4.9,<0.5").
@@ -19,7 +19,8 @@ import importlib.util
 import os
 import sys
 
-from common import default_device, fail
+from aogpt.common import default_device
+from configurator import fail
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,7 +73,7 @@ def check_run(argv):
 
 def main():
     try:
-        import harness  # noqa: F401 (registers ao-gpt)
+        import aogpt.harness  # noqa: F401 (registers ao-gpt)
         from lm_eval.__main__ import cli_evaluate
     except ImportError as e:
         fail(e)

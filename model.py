@@ -168,7 +168,7 @@ def rotate(x, turn):
 
 def attend(q, k, v, mask):
     """Attention written out, as a compiled decoding step runs it: its few queries over the cache's every slot
-    fuse into a few loops, where the CPU's fused attention kernel costs 0.1 to 0.2 ms a call."""
+    fuse into a few loops, cheaper than a call of the CPU's fused attention kernel (docs/speed.md)."""
     with torch.autocast(q.device.type, enabled=False):
         scores = (q.float() @ k.float().transpose(-2, -1)) * q.size(-1) ** -0.5
         return (scores.masked_fill(~mask, -math.inf).softmax(-1) @ v.float()).to(v.dtype)
@@ -318,11 +318,11 @@ def build_model(config):
     return (MDM if config.is_encoder else GPT)(config)
 
 
-# cuDNN's attention builds a plan for each new shape (about 8 ms on an H200): worth it in training, whose shapes
-# repeat, not in decoding and scoring, where nearly every forward has a new one (it made sampling 5x slower)
+# cuDNN's attention builds a plan for each new shape: worth it in training, whose shapes repeat, not in decoding and
+# scoring, where nearly every forward has a new one (docs/speed.md)
 NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 ALL_BACKENDS = NO_CUDNN + [SDPBackend.CUDNN_ATTENTION]
-FEW_ROWS = 32  # Network.head's rows that a CPU multiplies the other way round (at 64 the two ways cost the same)
+FEW_ROWS = 32  # Network.head's rows that a CPU multiplies the other way round (docs/speed.md)
 
 
 class Network(nn.Module):
@@ -339,10 +339,9 @@ class Network(nn.Module):
 
     def head(self, h):
         """lm_head(h). On a CPU fewer than FEW_ROWS rows (a decoding step's) go as lm_head.weight @ h.T, which MKL
-        runs 2 to 4 times faster for them than h @ weight.T, and a single row goes twice (one row is a
-        matrix-vector product, which runs on one thread): GPT-2's head on 2 AMD EPYC cores took 4 ms for 1 or 4
-        rows this way, 8 and 15 ms as a Linear (docs/sampling.md). Only for a plain nn.Linear: a head wrapped (peft's
-        LoRA) or replaced (quantize_dynamic) computes more than its weight and bias say."""
+        runs faster for them than h @ weight.T, and a single row goes twice (one row is a matrix-vector product,
+        which runs on one thread; docs/speed.md). Only for a plain nn.Linear: a head wrapped (peft's LoRA) or
+        replaced (quantize_dynamic) computes more than its weight and bias say."""
         rows = h.shape[:-1].numel()
         if h.device.type != 'cpu' or rows >= FEW_ROWS or type(self.lm_head) is not nn.Linear:
             return self.lm_head(h)

@@ -30,16 +30,18 @@ import itertools
 
 import torch
 
-from checkpoints import token_count
-from common import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, autocast, check_decoding, check_sampling,
-                    check_settings, check_steps, decoding_order, default_device, default_dtype, find_checkpoint,
-                    hold_freed_memory, int_at_least, load_tokenizer, optional_int, prompt_tokens, read_checkpoint,
-                    sampling_options, trained_block)
+from aogpt.checkpoints import token_count
+from aogpt.common import (autocast, check_settings, default_device, default_dtype, find_checkpoint, hold_freed_memory,
+                          int_at_least, load_tokenizer, optional_int, read_checkpoint, trained_block)
+from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_sampling,
+                            check_steps, decoding_order, prompt_tokens, sampling_options)
 from configurator import configure
-from engine import Speculation, compile_decoding, generate, speculation_k
+from aogpt.decoding import generate
+from aogpt.engine import compile_decoding
+from aogpt.speculative import Speculation, speculation_k
 
 # -----------------------------------------------------------------------------
-globals().update(SAMPLING_SETTINGS)  # init_from, out_dir, start, infill, order, steps, temperature, ... (common.py)
+globals().update(SAMPLING_SETTINGS)  # init_from, out_dir, start, infill, order, steps, temperature, ... (aogpt/sampling.py)
 num_samples = 3
 fill_marks = '«»'  # --infill: the two characters printed around each generated span; '' prints the text plain
 device = default_device()

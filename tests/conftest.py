@@ -79,8 +79,8 @@ def skip_without(names):
 def fetch(name):
     """Whether `name` can be had without the mirror, the scripts' own way (which stops with a one-line
     error when it cannot); what it fetches stays in the library's cache for the tests to read."""
-    from benchmarks import load_rows
-    from common import gpt2_encoding
+    from aogpt.benchmarks import load_rows
+    from aogpt.common import gpt2_encoding
     try:
         gpt2_encoding() if name == 'gpt2_bpe' else load_rows(name, 'test')
     except SystemExit:
@@ -91,7 +91,7 @@ def fetch(name):
 def find(name):
     """Where the tests get `name` ('gpt2_bpe' or a benchmark set, test split): 'mirror', 'download' or None."""
     if name not in _found:
-        from benchmarks import SETS
+        from aogpt.benchmarks import SETS
         local = name in SETS and DATA_DIR and os.path.exists(os.path.join(DATA_DIR, SETS[name].files['test']))
         _found[name] = 'mirror' if local else 'download' if fetch(name) else None
     return _found[name]
@@ -190,7 +190,7 @@ def workdir(tmp_path_factory):
 def run_forked(argv, cwd, timeout=600):
     """`python *argv` in cwd as common.run_python runs it (a new process with torch imported): the
     CompletedProcess, its output as text."""
-    from common import run_python
+    from aogpt.experiments.processes import run_python
     with tempfile.TemporaryDirectory() as tmp:
         out, err = os.path.join(tmp, 'out'), os.path.join(tmp, 'err')
         code = run_python(argv, cwd, os.environ, out, err, timeout)
@@ -460,7 +460,7 @@ N_EXACT, VOCAB_EXACT = 5, 5  # the exact encoder tests: every subset of 5 positi
 
 def tiny_mdm(seed=0, **kw):
     """A small encoder in eval mode whose every weight matters (random norm weights and biases)."""
-    from model import GPTConfig, MDM
+    from model import MDM, GPTConfig
     torch.manual_seed(seed)
     args = dict(block_size=N_EXACT, vocab_size=VOCAB_EXACT, n_layer=2, n_head=2, n_embd=16, cond_dim=8,
                 architecture='encoder') | kw

@@ -8,7 +8,7 @@ import sys
 
 out, sys.argv = os.path.abspath(sys.argv[1]), sys.argv[2:]
 sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))  # the script's folder, as python SCRIPT has it
-from common import peak_memory_mb  # noqa: E402 (from the script's folder)
+from aogpt.common import peak_memory_mb  # noqa: E402 (from the script's folder)
 
 
 def record():

@@ -8,10 +8,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import engine
+from aogpt import engine
 from conftest import TINY_BLOCK as T, tiny_mdm, tiny_model
-from engine import (Engine, Sampling, Speculation, compile_decoding, generate, generate_many, inverse_cdf, step_sizes,
-                    store_linear_weights)
+from aogpt.decoding import generate, generate_many
+from aogpt.engine import Engine, Sampling, compile_decoding, inverse_cdf, step_sizes, store_linear_weights
+from aogpt.speculative import Speculation
 from model import attend
 from test_sample import KNOWN, uncached_logits
 
@@ -68,9 +69,9 @@ def test_the_decoding_loop_never_waits_for_the_device(order, sampling):
 
 def test_the_sync_count_sees_a_sync_in_the_loop(monkeypatch):
     # the test above fails if a step reads a value on the host, as an .item() in the loop would
-    import engine
-    real = engine.sample_tokens
-    monkeypatch.setattr(engine, 'sample_tokens', lambda logits, *a: (logits.sum().item(), real(logits, *a))[1])
+    from aogpt import decoding
+    real = decoding.sample_tokens
+    monkeypatch.setattr(decoding, 'sample_tokens', lambda logits, *a: (logits.sum().item(), real(logits, *a))[1])
     model = tiny_model()
 
     def run(n):
@@ -344,7 +345,7 @@ def test_a_long_compiled_decoding_attends_to_a_few_widths_of_the_cache(fresh_dyn
     """Past GRAPH_WIDTH slots a compiled step reads the cache's first power-of-two slots that hold every row's: the
     same tokens as eager (which reads exactly the filled ones), through one graph per width (dynamo's, backend
     'eager')."""
-    import engine
+    from aogpt import engine
     eager_graphs(monkeypatch)
     monkeypatch.setattr(engine, 'GRAPH_WIDTH', 8)
     widths = []

@@ -151,7 +151,7 @@ def test_broken_config_file_is_one_line(tmp_path, source, message):
 
 
 def test_check_settings():
-    from common import at_least, check_settings, one_of, optional_int
+    from aogpt.common import at_least, check_settings, one_of, optional_int
     rules = {'max_iters': at_least(1), 'out_dir': one_of('out', 'runs'), 'init_from': optional_int(2)}
     check_settings(dict(DEFAULTS), rules)
     check_settings(dict(DEFAULTS, init_from=3), rules)
@@ -167,7 +167,7 @@ def test_check_settings():
 
 
 def test_only_rank_zero_speaks_under_torchrun(monkeypatch):
-    from common import fail
+    from configurator import fail
     monkeypatch.setenv('RANK', '1')
     with pytest.raises(SystemExit) as exc:
         fail('bad')
@@ -204,7 +204,7 @@ def test_a_fractional_float_is_refused_in_a_file_and_a_flag_alike(tmp_path):
 @pytest.mark.parametrize('value', ['1e1', '10.0'])
 def test_a_whole_float_is_an_int_where_the_default_is_none(tmp_path, value):
     # a None default stands for an optional int (sample.py's --max_new_tokens, --top_k): the same rule as --max_iters
-    from common import check_settings, optional_int
+    from aogpt.common import check_settings, optional_int
     from_file, _ = run(write(tmp_path, 'cfg.py', f'init_from = {value}\n'))
     from_flag, _ = run(f'--init_from={value}')
     assert from_file['init_from'] == from_flag['init_from'] == 10
@@ -213,7 +213,7 @@ def test_a_whole_float_is_an_int_where_the_default_is_none(tmp_path, value):
 
 
 def test_a_fractional_float_is_refused_where_the_default_is_none():
-    from common import check_settings, optional_int
+    from aogpt.common import check_settings, optional_int
     namespace, _ = run('--init_from=1.5')
     with pytest.raises(SystemExit) as exc:
         check_settings(namespace, {'init_from': optional_int(1)})

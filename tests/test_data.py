@@ -92,7 +92,7 @@ def test_wikitext2_char_is_the_detokenized_validation_articles_and_trains(tmp_pa
         ({'AOGPT_DATA_DIR': data_dir} if data_dir else {}) | {'PYTHONPATH': ROOT}  # the repository's WikiText reader
     subprocess.run([sys.executable, tmp_path / 'data' / 'wikitext2_char' / 'prepare.py'], check=True,
                    capture_output=True, env=env)
-    from benchmarks import load_rows, wikitext_detokenize
+    from aogpt.benchmarks import load_rows, wikitext_detokenize
     text = ''.join(wikitext_detokenize(row) for row in load_rows('wikitext2', 'validation', data_dir))
     assert ' @,@ ' not in text and text.startswith(' = Homarus gammarus =\n')
     folder = tmp_path / 'data' / 'wikitext2_char'

@@ -14,13 +14,13 @@ import torch
 from torch.nn import functional as F
 
 import eval_ppl as script
-from benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
-                        paper_chunks, ptb_detokenize, wikitext_detokenize)
-from common import read_checkpoint
+from aogpt.benchmarks import (encode_rows, lambada_detokenize, lm1b_detokenize, load_rows, load_tokens, make_chunks,
+                              paper_chunks, ptb_detokenize, wikitext_detokenize)
+from aogpt.common import read_checkpoint
 from conftest import (ROOT, needs, nll_given, one_line_error, peak_memory_run, run_script, says, tiny_mdm, tiny_model,
                       write_gpt2_dataset)
-from scoring import (ensemble_logprobs, ensemble_sizes, ensemble_slots, losses_by_context, random_context_orders,
-                     score_chunks)
+from aogpt.scoring import (ensemble_logprobs, ensemble_sizes, ensemble_slots, losses_by_context, random_context_orders,
+                           score_chunks)
 from fixtures.reference import chunk_digests, eval_chunks
 from model import GPT, GPTConfig
 
@@ -62,7 +62,7 @@ def test_ensemble_slots_is_what_the_ensemble_reads(monkeypatch):
     """The test-time compute finding scarce states: the slots ensemble_logprobs asks for, counted as it asks, member
     0's forward (its start slot and n) and each query row (its start slot and its context); the rows' padding and a
     lone row's copy (for compiled models) aside."""
-    import scoring
+    from aogpt import scoring
     model, read = tiny_model(), []
     forward, query_logprobs = type(model).forward, scoring.query_logprobs
 
@@ -249,7 +249,7 @@ def test_cli_bpe_sets(workdir, bpe_ckpt):
 def test_every_corpus_data_prepares_is_a_dataset(workdir, bpe_ckpt, tmp_path):
     """--dataset=<name> reads data/<name>/val.bin for each corpus a data/<name>/prepare.py writes (the Python
     library and tiny Shakespeare in GPT-2 BPE were refused as unknown), as --data_file reads it."""
-    from benchmarks import BIN_SETS
+    from aogpt.benchmarks import BIN_SETS
     assert set(BIN_SETS) == {name for name in os.listdir(os.path.join(ROOT, 'data'))
                              if os.path.exists(os.path.join(ROOT, 'data', name, 'prepare.py'))}
     write_gpt2_dataset(tmp_path, 'python', 0, 640, seed=3)

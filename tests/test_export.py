@@ -16,11 +16,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from checkpoints import load_checkpoint
-from common import gpt2_encoding
+from aogpt.checkpoints import load_checkpoint
+from aogpt.common import gpt2_encoding
 from conftest import one_line_error, run_here, run_script, samples, says, train
 from fixtures.reference import load
-from scoring import content_seed, gap_orders
+from aogpt.scoring import content_seed, gap_orders
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -119,7 +119,8 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     tokenizer = ['tokenizer_config.json', 'vocab.json'] + (['merges.txt'] if kind == 'bpe_ckpt' else [])
     start = [] if kind == 'mdm_ckpt' else ['generation_config.json']  # a decoder's start id
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
-        ['README.md', 'config.json', 'engine.py', 'model.py', 'model.safetensors', 'modeling_ao_gpt.py', 'scoring.py']
+        ['README.md', 'config.json', 'configurator.py', 'decoding.py', 'engine.py', 'model.py', 'model.safetensors',
+         'modeling_ao_gpt.py', 'scoring.py', 'speculative.py']
         + tokenizer + start)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
@@ -166,7 +167,8 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     out = run_here_output(workdir, 'sample.py', '--init_from=hf:owner/ao-gpt', '--num_samples=1', '--device=cpu')
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
     assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'generation_config.json',
-                                       'model.py', 'engine.py', 'scoring.py', 'modeling_ao_gpt.py', 'vocab.json',
+                                       'model.py', 'configurator.py', 'engine.py', 'speculative.py', 'decoding.py',
+                                       'scoring.py', 'modeling_ao_gpt.py', 'vocab.json',
                                        'merges.txt', 'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
@@ -499,7 +501,7 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
     (lambda m, x, t: m.log_likelihood(x + 50), 'tokenizer of its folder')])
 def test_the_methods_name_a_bad_input_in_one_line(call, words, tmp_path):
     """Each public method refuses what sample.py refuses, with a ValueError of one line."""
-    from modeling_ao_gpt import AOGPTCharTokenizer, AOGPTConfig, AOGPTForCausalLM
+    from aogpt.modeling_ao_gpt import AOGPTCharTokenizer, AOGPTConfig, AOGPTForCausalLM
     model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=16,
                                                          cond_dim=8)))
     (tmp_path / 'vocab.json').write_text(json.dumps(list('abcdefghij ')))
@@ -518,7 +520,7 @@ def foreign_cache():
 
 def tiny_causal_lm(**model_args):
     """A folder's causal LM of random weights, large enough (std 0.3) that every slot predicts differently."""
-    from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    from aogpt.modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
     torch.manual_seed(0)
     model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=24, vocab_size=11, n_layer=2, n_head=2, n_embd=16,
                                                          cond_dim=8, gate_init=1.0, **model_args))).eval()
@@ -554,7 +556,7 @@ def test_generate_with_the_cache_and_left_padding_gives_each_rows_tokens_alone(a
     gives each row's logits from the network reading the row alone (with and without the start id); greedy
     generate() is each row's argmax chain of such full forwards; sampling and beam search give the same tokens with
     and without the cache."""
-    from modeling_ao_gpt import CACHE_FIELD
+    from aogpt.modeling_ao_gpt import CACHE_FIELD
     model = tiny_causal_lm(**args)
     bos, rows = model.config.bos_token_id, [[3, 1, 4, 1, 5], [9, 2], [6]]
     with torch.no_grad():  # the cache by transformers' name and by its name before (past_key_values)

@@ -1,7 +1,7 @@
 """findings.py: the smoke preset end to end (the sweep, every figure, every claim with its interval, our
 plateau and long-block findings), resuming instead of training again, a moved folder is the same run,
 --only, the README section, the one-line errors; the sweep's grid and choice, runs with the same flags
-trained once, the plateau measure, the timing claims' intervals; report.py's figures on synthetic curves."""
+trained once, the plateau measure, the timing claims' intervals; aogpt/report.py's figures on synthetic curves."""
 import json
 import math
 import os
@@ -103,8 +103,8 @@ def test_the_dry_run_plans_the_jobs_it_planned_before_the_split(preset):
 def test_finding_8_alone_plans_the_ema_reading_its_claim_reads():
     """The EMA claim reads finding 4's one-order reading of the EMA weights (eval.json) beside the raw weights':
     --only=8 on a fresh out_dir plans both (it ended in a FileNotFoundError), and with 4 each runs once."""
-    from experiments.pipeline import evaluation_jobs
-    from experiments.presets import PRESETS
+    from aogpt.experiments.pipeline import evaluation_jobs
+    from aogpt.experiments.presets import PRESETS
     folders = {f'{kind}-s{s}': f'runs/{kind}-s{s}' for kind in ('mixed', 'encoder') for s in (1337, 1)}
     alone = {job.log for job in evaluation_jobs(['8'], PRESETS['smoke'], [1337, 1], folders)}
     assert alone == {f'runs/mixed-s{s}/{log}' for s in (1337, 1) for log in ('eval.log', 'eval_raw.log')}
@@ -113,9 +113,9 @@ def test_finding_8_alone_plans_the_ema_reading_its_claim_reads():
 
 
 def test_the_script_lists_the_registrys_findings_in_order():
-    """findings.py's docstring names every finding of experiments/registry.py, one a line, in the registry's order."""
+    """findings.py's docstring names every finding of aogpt/experiments/registry.py, one a line, in the registry's order."""
     import ast
-    from experiments.registry import FINDINGS
+    from aogpt.experiments.registry import FINDINGS
     with open(os.path.join(ROOT, 'findings.py')) as f:
         doc = ast.get_docstring(ast.parse(f.read()))
     listed = doc.split('The findings, in the order they run')[1].split(':\n', 1)[1]
@@ -123,7 +123,7 @@ def test_the_script_lists_the_registrys_findings_in_order():
 
 
 def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
-    from experiments.sweep import choose, own_loss, point_name
+    from aogpt.experiments.sweep import choose, own_loss, point_name
     p = dict(grid=dict(learning_rate=(1e-2, 3e-2), gate_init=(1.0,), position_encoding=('learned', 'rotary')))
     losses = {(0.01, 'learned'): (2.0, 3.0), (0.01, 'rotary'): (2.5, 1.0), (0.03, 'learned'): (1.0, 3.5),
               (0.03, 'rotary'): (3.0, 3.0)}  # (val_l2r, val_ao): the encoder is chosen by val_ao alone
@@ -140,8 +140,8 @@ def test_choose_picks_the_lowest_loss_in_the_kinds_objective(tmp_path):
 
 @pytest.mark.parametrize('preset, gates', [('cpu', (1.0,)), ('gpu', (0.0, 1.0)), ('smoke', (1.0,))])
 def test_every_kind_sweeps_the_position_encoding(preset, gates):
-    from experiments.presets import KINDS, PRESETS
-    from experiments.sweep import grid_points, point_name, sweep_runs
+    from aogpt.experiments.presets import KINDS, PRESETS
+    from aogpt.experiments.sweep import grid_points, point_name, sweep_runs
     p = PRESETS[preset]
     for kind in KINDS:
         points = grid_points(kind, p['grid'])
@@ -154,10 +154,10 @@ def test_every_kind_sweeps_the_position_encoding(preset, gates):
 
 
 def test_runs_with_the_flags_of_another_are_trained_once():
-    from experiments.length import block_sweep_runs, length_entries
-    from experiments.pipeline import seed_runs
-    from experiments.presets import PRESETS
-    from experiments.sweep import run_flags, same_runs, sweep_runs
+    from aogpt.experiments.length import block_sweep_runs, length_entries
+    from aogpt.experiments.pipeline import seed_runs
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.sweep import run_flags, same_runs, sweep_runs
     p, seeds = PRESETS['cpu'], [1337, 1, 2]
     sweep = sweep_runs(p, ['mixed'])
     point = dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
@@ -198,8 +198,8 @@ def test_runs_with_the_flags_of_another_are_trained_once():
 
 
 def test_a_longer_block_takes_the_rate_whose_run_ends_lowest_in_the_kinds_own_objective(tmp_path):
-    from experiments.length import block_sweep_runs, choose_at_blocks
-    from experiments.presets import PRESETS
+    from aogpt.experiments.length import block_sweep_runs, choose_at_blocks
+    from aogpt.experiments.presets import PRESETS
     p = PRESETS['cpu']
     point = dict(learning_rate=0.01, gate_init=1.0, position_encoding='rotary')
     chosen = {kind: (point, None, None) for kind in ('mixed', 'encoder', 'l2r')}
@@ -215,7 +215,7 @@ def test_a_longer_block_takes_the_rate_whose_run_ends_lowest_in_the_kinds_own_ob
 
 
 def test_the_plateau_is_left_at_the_first_evaluation_a_tenth_of_a_nat_below_the_unigram_entropy():
-    from experiments.plateau import plateau_left
+    from aogpt.experiments.plateau import plateau_left
     records = [dict(iter=i, val_ao=v) for i, v in ((0, 4.2), (250, 3.30), (500, 3.25), (750, 3.2), (1000, 2.5))]
     assert plateau_left(records, unigram=3.34) == 750  # 3.25 is only 0.09 below
     assert plateau_left(records, unigram=3.5) == 250
@@ -230,8 +230,8 @@ def timing_file(ao, encoder, ao_by_length, encoder_by_length):
 
 def test_the_timing_claims_have_a_t_interval_over_the_repeats():
     import math
-    from experiments.generation import length_claim, time_claim
-    from report import t_quantile
+    from aogpt.experiments.generation import length_claim, time_claim
+    from aogpt.report import t_quantile
     ao = [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]]
     encoder = [[0.1, 0.1, 0.1], [0.4, 0.5, 0.45]]  # at the most steps log ratios ln 2, ln 2.5, ln 2.25
     timing = timing_file(ao, encoder, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], [[2.0, 2.0, 3.0], [8.0, 4.0, 6.0]])
@@ -251,9 +251,9 @@ def test_the_timing_claims_have_a_t_interval_over_the_repeats():
 
 
 def test_generation_time_is_measured_again_for_a_file_without_repeats(tmp_path, monkeypatch):
-    from experiments import generation
-    from experiments.generation import generation_times
-    from experiments.presets import PRESETS
+    from aogpt.experiments import generation
+    from aogpt.experiments.generation import generation_times
+    from aogpt.experiments.presets import PRESETS
     p = PRESETS['smoke']
     path = tmp_path / 'generation_time.json'
     path.write_text(json.dumps(dict(block_size=32, steps=[4, 32], lengths=[8, 32], batch_size=2,  # as kept before
@@ -272,9 +272,9 @@ def test_generation_time_is_measured_again_for_a_file_without_repeats(tmp_path, 
 def started_sweep(out):
     """The smoke preset's l2r sweep in out/runs as findings.py starts it: each run's args.json written by
     run_jobs itself, its training a no-op. Returns [(name, flags)]."""
-    from experiments.jobs import Job, run_jobs, train_job
-    from experiments.presets import PRESETS
-    from experiments.sweep import sweep_runs
+    from aogpt.experiments.jobs import Job, run_jobs, train_job
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.sweep import sweep_runs
     p = PRESETS['smoke']
     runs = list(sweep_runs(p, ['l2r']).items())
     jobs = [train_job(name, p, flags, str(out / 'runs' / name)) for name, flags in runs]
@@ -286,7 +286,7 @@ def started_sweep(out):
 def test_each_job_runs_on_the_threads_it_is_given(tmp_path):
     """run_jobs' threads reach torch in each job, as OMP_NUM_THREADS reaches a new interpreter, though the process
     it is forked from imported torch under other settings (the tests' workers: one thread)."""
-    from experiments.jobs import Job, run_jobs
+    from aogpt.experiments.jobs import Job, run_jobs
     (script := tmp_path / 'threads.py').write_text('import torch; print(torch.get_num_threads())')
     for threads in (2, 3):
         log = tmp_path / f'{threads}.log'
@@ -299,7 +299,7 @@ def test_run_python_is_a_new_interpreter(tmp_path, monkeypatch, methods):
     """common.run_python gives a script's output (stdout and stderr in one file, or apart), its exit status, its
     arguments, folder and environment, and None past its timeout; without forkserver, through subprocess."""
     import multiprocessing
-    from common import run_python
+    from aogpt.experiments.processes import run_python
     if methods:
         monkeypatch.setattr(multiprocessing, 'get_all_start_methods', lambda: methods)
     (script := tmp_path / 'script.py').write_text(
@@ -315,8 +315,8 @@ def test_run_python_is_a_new_interpreter(tmp_path, monkeypatch, methods):
 
 
 def test_a_copied_or_renamed_folder_holds_the_same_runs(tmp_path):
-    from experiments.jobs import train_job
-    from experiments.presets import PRESETS
+    from aogpt.experiments.jobs import train_job
+    from aogpt.experiments.presets import PRESETS
     p = PRESETS['smoke']
     runs = started_sweep(tmp_path / 'first')
     shutil.copytree(tmp_path / 'first', tmp_path / 'copy')
@@ -342,7 +342,7 @@ def test_a_cut_args_json_is_one_line(tmp_path, workdir):
 def test_a_record_is_never_left_cut(tmp_path):
     """common.write_json (args.json, wall_minutes.json, eval_ppl.py's --out_json): a dump that fails partway leaves the
     file as it was, not the part written."""
-    from common import write_json
+    from aogpt.common import write_json
     path = str(tmp_path / 'best.json')
     write_json(path, dict(results=1))
     with pytest.raises(TypeError):
@@ -469,15 +469,15 @@ def test_bad_settings_stop_with_one_line(smoke, workdir, tmp_path):
          'not JSON', 'delete the run folder')
     no_markers = tmp_path / 'README.md'
     no_markers.write_text('# a readme\n')
-    from experiments.pipeline import write_readme
+    from aogpt.experiments.pipeline import write_readme
     with pytest.raises(SystemExit) as stop:
         write_readme(str(no_markers), str(out), [], {})
     says(str(stop.value.code), 'findings:start', 'markers')
 
 
 def test_a_claim_on_a_run_that_did_not_learn_is_not_judged():
-    from experiments.measure import NOT_JUDGED, claim, comparable
-    from report import Interval
+    from aogpt.experiments.measure import NOT_JUDGED, claim, comparable
+    from aogpt.report import Interval
     interval = Interval(effect=0.5, low=0.3, high=0.7, n='3 vs 3 seeds', method='Welch')
     judged = claim('x', {}, interval)
     assert judged['verdict'] == 'holds'
@@ -488,7 +488,7 @@ def test_a_claim_on_a_run_that_did_not_learn_is_not_judged():
 
 
 def test_figures_need_matplotlib_before_any_run(monkeypatch, workdir):
-    from report import load_matplotlib
+    from aogpt.report import load_matplotlib
     monkeypatch.setitem(sys.modules, 'matplotlib', None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as stop:
         load_matplotlib()
@@ -498,7 +498,7 @@ def test_figures_need_matplotlib_before_any_run(monkeypatch, workdir):
 
 
 def test_line_figure_draws_the_curves_bands_and_lines(tmp_path):
-    from report import line_figure
+    from aogpt.report import line_figure
     path = tmp_path / 'curves.png'
     fig = line_figure(path, 'synthetic', 'iteration', 'loss',
                       [('two seeds', [0, 10, 20], [[3.0, 3.2], [2.5, 2.9], [2.0, 2.2]]),
@@ -517,9 +517,9 @@ def test_line_figure_draws_the_curves_bands_and_lines(tmp_path):
 # finding orders
 
 def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
-    from experiments.orders import evaluations, order_runs
-    from experiments.presets import PRESETS
-    from experiments.sweep import run_flags
+    from aogpt.experiments.orders import evaluations, order_runs
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.sweep import run_flags
     p, seeds = PRESETS['cpu'], [1337, 1, 2]
     point = dict(learning_rate=3e-3, gate_init=1.0, position_encoding='rotary')
     chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
@@ -557,7 +557,7 @@ def test_the_order_arms_train_at_their_kinds_choice_with_their_orders():
 
 
 def test_a_job_starts_only_after_the_training_it_needs(tmp_path):
-    from experiments.jobs import Job, run_jobs
+    from aogpt.experiments.jobs import Job, run_jobs
     stamp = 'import sys, time; open(sys.argv[1], "a").write(sys.argv[2] + " %f\\n" % time.time()); time.sleep(0.3)'
     script = tmp_path / 'stamp.py'
     script.write_text(stamp)
@@ -580,7 +580,7 @@ def test_sigterm_reaches_the_running_jobs_and_starts_no_more(workdir, tmp_path, 
     import threading
     import time
     from conftest import TINY
-    from experiments.jobs import Job, Stopped, run_jobs
+    from aogpt.experiments.jobs import Job, Stopped, run_jobs
     monkeypatch.chdir(workdir)
     folder = tmp_path / 'run'
     train = [os.path.join(ROOT, 'train.py'), '--dataset=shakespeare_char', *TINY, f'--out_dir={folder}',
@@ -607,8 +607,8 @@ def test_sigterm_reaches_the_running_jobs_and_starts_no_more(workdir, tmp_path, 
 
 def test_a_stopped_call_says_how_to_go_on_and_exits_75(workdir, tmp_path, monkeypatch, capsys):
     """findings.py stopped by SIGTERM: one line, exit status 75 as train.py's, and its wall minutes counted."""
-    from experiments import pipeline
-    from experiments.jobs import Stopped
+    from aogpt.experiments import pipeline
+    from aogpt.experiments.jobs import Stopped
 
     def stopped(*args):
         raise Stopped
@@ -638,10 +638,10 @@ def write_arm(runs, name, l2r, ao, gap_both, gap_left, nll, column='gap_l2r'):
 def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: the tax, the gaps against the GPT's left side, the FIM GPT, the
     any-order cost, the samples and the longer pair's tax come out as built."""
-    from experiments.measure import Measured, NOT_JUDGED
-    from experiments.orders import ORDER_ARMS, finding_orders, order_run
-    from experiments.presets import PRESETS
-    from experiments.registry import RUN_LOSSES
+    from aogpt.experiments.measure import Measured, NOT_JUDGED
+    from aogpt.experiments.orders import ORDER_ARMS, finding_orders, order_run
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.registry import RUN_LOSSES
     smoke = PRESETS['smoke']
     second = dict(dataset='prose', arms=('gpt', 'paper', 'fim-mix'))
     p, seeds = smoke | dict(orders=smoke['orders'] | dict(second=second)), [1337, 1]
@@ -714,7 +714,7 @@ ADAPT_RATES = {'half-staged': 1e-3, 'half-plain': 3e-4, 'cheap': 3e-3}
 
 
 def adapt_plan():
-    from experiments.presets import PRESETS
+    from aogpt.experiments.presets import PRESETS
     p, seeds = PRESETS['cpu'], [1337, 1, 2]
     point = dict(learning_rate=3e-3, gate_init=1.0, position_encoding='rotary')
     chosen = {kind: (point | dict(learning_rate=lr), None, None) for kind, lr in
@@ -723,9 +723,9 @@ def adapt_plan():
 
 
 def test_the_adaptations_start_from_their_parents_checkpoints():
-    from experiments.adapt import ADAPT_DRAWS, adapt_runs
-    from experiments.jobs import train_job
-    from experiments.orders import order_runs
+    from aogpt.experiments.adapt import ADAPT_DRAWS, adapt_runs
+    from aogpt.experiments.jobs import train_job
+    from aogpt.experiments.orders import order_runs
     p, seeds, chosen = adapt_plan()
     runs = adapt_runs(p, chosen, seeds, ADAPT_RATES)
     # each corpus: the GPT, the FIM mix, two parents and three adaptations a seed; the larger size: 4 runs a seed, 2 seeds
@@ -763,10 +763,10 @@ def test_the_adaptations_start_from_their_parents_checkpoints():
 
 
 def test_the_adaptations_first_seed_is_its_sweeps_choice_and_both_findings_share_their_runs():
-    from experiments.adapt import adapt_sweep_runs
-    from experiments import adapt
-    from experiments.pipeline import evaluation_jobs, seed_runs
-    from experiments.sweep import sweep_runs
+    from aogpt.experiments.adapt import adapt_sweep_runs
+    from aogpt.experiments import adapt
+    from aogpt.experiments.pipeline import evaluation_jobs, seed_runs
+    from aogpt.experiments.sweep import sweep_runs
     p, seeds, chosen = adapt_plan()
     sweep = adapt_sweep_runs(p, chosen)
     assert list(sweep)[:2] == ['adapt-parent-half-s1337', 'adapt-parent-3q-s1337']
@@ -793,7 +793,7 @@ def test_the_adaptations_first_seed_is_its_sweeps_choice_and_both_findings_share
 
 
 def test_dry_run_lists_the_adapt_runs(capsys):
-    from experiments.pipeline import dry_plan
+    from aogpt.experiments.pipeline import dry_plan
     p, seeds, _ = adapt_plan()
     dry_plan(p, ['adapt'], seeds, ['mixed', 'l2r'], 8)
     out = capsys.readouterr().out
@@ -802,8 +802,8 @@ def test_dry_run_lists_the_adapt_runs(capsys):
 
 
 def test_a_finished_run_whose_checkpoint_is_gone_trains_again_for_the_job_that_reads_it(tmp_path):
-    from experiments.jobs import script_job, train_job, with_checkpoints
-    from experiments.presets import PRESETS
+    from aogpt.experiments.jobs import script_job, train_job, with_checkpoints
+    from aogpt.experiments.presets import PRESETS
     p = PRESETS['smoke']
     flags = dict(max_iters=30, seed=1)
     for name in ('parent', 'child'):  # both trained, as a committed run folder keeps them: no ckpt.pt
@@ -825,10 +825,10 @@ def test_a_finished_run_whose_checkpoint_is_gone_trains_again_for_the_job_that_r
 def test_the_adapt_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: each adaptation's tax, gaps at each span, any-order cost, its rate chosen
     by its sweep, the larger size's tax, on both corpora; the losses over the budget follow each adaptation's parent."""
-    from experiments.adapt import ADAPTATIONS, ADAPT_ARMS, adapt_point, adapt_run, finding_adapt
-    from experiments.measure import Measured, evaluations
-    from experiments.presets import PRESETS
-    from experiments.registry import RUN_LOSSES
+    from aogpt.experiments.adapt import ADAPTATIONS, ADAPT_ARMS, adapt_point, adapt_run, finding_adapt
+    from aogpt.experiments.measure import Measured, evaluations
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.registry import RUN_LOSSES
     smoke = PRESETS['smoke']
     p = smoke | dict(orders=smoke['orders'] | dict(second=dict(dataset='prose', arms=('gpt', 'paper', 'fim-mix'))),
                      adapt=smoke['adapt'] | dict(grid=(1e-3, 1e-2)))
@@ -907,10 +907,10 @@ def test_smoke_adapt_end_to_end(smoke):
 
 
 def test_the_stream_arms_are_the_fim_mix_with_their_target_settings():
-    from experiments.orders import ORDER_ARMS, order_flags
-    from experiments.pipeline import seed_runs
-    from experiments.readings import arm_of
-    from experiments.streams import STREAM_ARMS, stream_runs
+    from aogpt.experiments.orders import ORDER_ARMS, order_flags
+    from aogpt.experiments.pipeline import seed_runs
+    from aogpt.experiments.readings import arm_of
+    from aogpt.experiments.streams import STREAM_ARMS, stream_runs
     p, seeds, chosen = adapt_plan()
     runs = stream_runs(p, chosen, seeds)
     fim = order_flags(p, chosen, 'fim-mix', 1)
@@ -932,10 +932,10 @@ def test_the_streams_claims_read_each_arms_numbers(tmp_path):
     """Synthetic arms with known numbers: each arm's any-order gain and 4-token gap gain over the single stream, its
     gaps against the GPT's left side, its tax, on both corpora; the numbers carry each arm's ms a sampled
     token."""
-    from experiments.measure import Measured
-    from experiments.presets import PRESETS
-    from experiments.registry import RUN_LOSSES
-    from experiments.streams import STREAM_ARMS, finding_streams, stream_run
+    from aogpt.experiments.measure import Measured
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.registry import RUN_LOSSES
+    from aogpt.experiments.streams import STREAM_ARMS, finding_streams, stream_run
     smoke = PRESETS['smoke']
     p = smoke | dict(orders=smoke['orders'] | dict(second=dict(dataset='prose', arms=('gpt', 'fim-mix'))),
                      streams=dict(second_arms=('gpt', 'fim-mix', 'two')))
@@ -1015,9 +1015,9 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     its lowest val), the ensemble against the GPT and the mixture of its seeds is paired by chunk, and the crossover
     is the first epoch whose best so far is below the GPT's ('never' against itself). A second corpus's prefix (two
     arms, the FIM mix 0.1 lower) gets its own figure and claims, named after it."""
-    from experiments.measure import Measured
-    from experiments.presets import PRESETS
-    from experiments.scarce import SCARCE_ARMS, crossover, finding_scarce, scarce_run
+    from aogpt.experiments.measure import Measured
+    from aogpt.experiments.presets import PRESETS
+    from aogpt.experiments.scarce import SCARCE_ARMS, crossover, finding_scarce, scarce_run
     second = ('wikitext2_char', 2000, ('gpt', 'fim-mix'))
     p = PRESETS['smoke'] | dict(scarce=PRESETS['smoke']['scarce'] | dict(
         prefixes=PRESETS['smoke']['scarce']['prefixes'] + (second,)))

@@ -11,8 +11,8 @@ import torch
 
 from conftest import (N_EXACT, TINY_BLOCK as T, nll_given, one_forward_logprob, one_line_error, run_script, says,
                       tiny_mdm, tiny_model, train)
-from scoring import (chunk_gap, content_seed, decoder_gap_logprobs, encoder_l2r_logprobs, gap_orders,
-                     left_gap_logprobs, nelbo_estimates)
+from aogpt.scoring import (chunk_gap, content_seed, decoder_gap_logprobs, encoder_l2r_logprobs, gap_orders,
+                           left_gap_logprobs, nelbo_estimates)
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -8,10 +8,11 @@ from collections import Counter
 import pytest
 import torch
 
-from common import load_scorer, read_checkpoint
+from aogpt.common import read_checkpoint
+from aogpt.scorers import load_scorer
 from conftest import (nll_given, one_forward_logprob, one_line_error, run_here, says, stored_checkpoint, tiny_mdm,
                       tiny_model)
-from scoring import SIDES, score_samples, summarize, unigram_entropy
+from aogpt.scoring import SIDES, score_samples, summarize, unigram_entropy
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 

@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from checkpoints import load_checkpoint
+from aogpt.checkpoints import load_checkpoint
 from conftest import GPT2_RUN as RUN, ROOT, metrics, run_here, run_script, save_gpt2, stored_checkpoint, train
-from experiments.orders import FIM_MIX
+from aogpt.experiments.orders import FIM_MIX
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

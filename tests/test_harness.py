@@ -1,4 +1,4 @@
-"""harness.py and lm_eval_ao.py: the lm-evaluation-harness model against direct full forwards (left to right, ensembles,
+"""aogpt/harness.py and lm_eval_ao.py: the lm-evaluation-harness model against direct full forwards (left to right, ensembles,
 the encoder), generation, out-of-vocabulary texts, the harness end to end offline with tasks/, one-line errors."""
 import glob
 import importlib.util
@@ -16,12 +16,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from common import gpt2_encoding
+from aogpt.common import gpt2_encoding
 from conftest import ROOT, needs, one_line_error, run_script, says
-from scoring import nelbo_estimates, random_context_orders
+from aogpt.scoring import nelbo_estimates, random_context_orders
 
 try:
-    import harness
+    from aogpt import harness
     from lm_eval.api.instance import Instance
     from lm_eval.api.model import TemplateLM
 except ImportError:
@@ -146,7 +146,7 @@ def test_loglikelihood_equals_full_forwards_for_each_position_encoding(workdir, 
 
 
 def test_an_ensemble_score_does_not_depend_on_its_neighbours(workdir, char_ckpt, caplog):
-    with caplog.at_level(logging.WARNING, logger='harness'):
+    with caplog.at_level(logging.WARNING, logger='aogpt.harness'):
         lm = make_lm(workdir, char_ckpt, ensemble=4)
     says(caplog.records[-1].getMessage(), "log-likelihoods (perplexities) are the ensemble's", 'left-to-right argmax')
     pair, other = ('ROMEO: my lord', ' and'), ('KING', ' HENRY')
@@ -178,12 +178,12 @@ def test_what_the_block_reads_decides_what_is_impossible(workdir, char_ckpt, cap
     long = random_text(random.Random(5), lm.tokenizer.vocab, lm.tokenizer.block_size + 1, lm.tokenizer.block_size + 1)
     far = '€' + 'ROMEO: ' * 6  # the character outside the vocabulary falls before the block
     pairs = [('ROMEO', long), (far, 'my'), ('ROMEO', ' my')]
-    with caplog.at_level(logging.WARNING, logger='harness'):
+    with caplog.at_level(logging.WARNING, logger='aogpt.harness'):
         results = lm.loglikelihood(requests('loglikelihood', *pairs))
     assert results[0] == (-math.inf, False)
     for result, pair in zip(results[1:], [(far[1:], 'my'), pairs[2]]):  # the block reads no more of far
         assert result[0] == pytest.approx(direct(lm.model, *scored_tokens(lm, *pair))[0], abs=1e-4)
-    [warning] = [r.getMessage() for r in caplog.records if r.name == 'harness']
+    [warning] = [r.getMessage() for r in caplog.records if r.name == 'aogpt.harness']
     says(warning, '1 of 3 continuations', f'longer than block_size {lm.tokenizer.block_size}', 'impossible')
 
 
@@ -344,14 +344,14 @@ def test_the_encoders_nelbo_only_by_name_and_as_a_bound(workdir, mdm_ckpt):
 
 def test_out_of_vocabulary_texts_are_impossible_with_one_warning(workdir, char_ckpt, caplog):
     lm = make_lm(workdir, char_ckpt)
-    with caplog.at_level(logging.WARNING, logger='harness'):
+    with caplog.at_level(logging.WARNING, logger='aogpt.harness'):
         results = lm.loglikelihood(requests('loglikelihood', ('a price: 5€', ' b'), ('ROMEO', ' ©'),
                                             ('ROMEO', ' my')))
         rolling = lm.loglikelihood_rolling(requests('loglikelihood_rolling', ('€ again',), ('fine',)))
         generated = lm.generate_until(requests('generate_until', ('©', dict(until=['\n'], max_gen_toks=8))))
     assert results[:2] == [(-math.inf, False)] * 2 and math.isfinite(results[2][0])
     assert rolling[0] == -math.inf and math.isfinite(rolling[1]) and generated == ['']
-    [warning] = [r.getMessage() for r in caplog.records if r.name == 'harness']
+    [warning] = [r.getMessage() for r in caplog.records if r.name == 'aogpt.harness']
     says(warning, "'5'", "'€'", "'©'", '2 of 3 texts', 'impossible')
 
 
@@ -485,7 +485,7 @@ def test_model_args_text_is_read_as_sample_py_reads_flags(workdir, char_ckpt):
 
 
 def test_speculate_auto_in_model_args_as_in_sample_py(workdir, char_ckpt):
-    from engine import auto_k
+    from aogpt.speculative import auto_k
     args = f'checkpoint={workdir / char_ckpt / "ckpt.pt"},order=random,speculate='
     lm = harness.AOGPTLM.create_from_arg_string(args + 'auto', {'device': 'cpu'})
     assert lm.generator.speculate == auto_k(lm.model, 'random', 1) > 0  # one request at a time

@@ -17,7 +17,7 @@ import torch
 import conftest
 from conftest import one_line_error, run_here, run_script, samples, says
 from model import GPT, GPTConfig
-from training import parse_stages, shares_at
+from aogpt.training import parse_stages, shares_at
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 
@@ -329,8 +329,8 @@ BENCH = [
     (['--sample_steps=0'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--sample_steps=64,2048'], ('--sample_steps', 'from 1 to sample_block_size')),
     (['--run=speculate', '--speculate_random=False'], ('--speculate_random=False', 'give it a --checkpoint')),
-    (['--run=train', '--checkpoint=ckpt.pt'], ('--checkpoint is read by --run=speculate and --run=step only',
-                                                '--run=train')),
+    (['--run=train', '--checkpoint=ckpt.pt'], ('--checkpoint is read only by --run=speculate and --run=step',
+                                                'not by --run=train')),
     (['--run=step', '--step_batches=0'], ('--step_batches entries', 'at least 1')),
     (['--run=step', '--step_batches=1,x'], ('--step_batches', 'comma list of ints', "'x'")),
     (['--run=step', '--step_tokens=0'], ('--step_tokens', 'at least 1')),
@@ -563,11 +563,11 @@ def test_a_folder_of_another_model_type_is_named(workdir, bpe_shakespeare, kept_
 @pytest.mark.parametrize('name', ['gpt2', 'openai-community/gpt2', 'openai-community/gpt2-xl'])
 def test_gpt2_by_the_hubs_names_old_and_new(workdir, bpe_shakespeare, kept_checkpoint, monkeypatch, name):
     """train.py hands each name to the conversion (stood in for here: no download), as it does 'gpt2'."""
-    import checkpoints
+    from aogpt import checkpoints, runs
 
     def convert(path):
         raise checkpoints.CheckpointError(f'converting {path}')
-    monkeypatch.setattr(checkpoints, 'gpt2_checkpoint', convert)
+    monkeypatch.setattr(runs, 'gpt2_checkpoint', convert)
     says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={name}', '--max_iters=0', *kept_checkpoint,
                         cwd=workdir), f'converting {name}')
     assert not checkpoints.is_gpt2('openai-community/gpt3')
@@ -575,8 +575,8 @@ def test_gpt2_by_the_hubs_names_old_and_new(workdir, bpe_shakespeare, kept_check
 
 @pytest.fixture(scope='module')
 def folder_lm():
-    """A model folder's causal LM (modeling_ao_gpt.py) of random weights, and two rows of 4 ids."""
-    from modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    """A model folder's causal LM (aogpt/modeling_ao_gpt.py) of random weights, and two rows of 4 ids."""
+    from aogpt.modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
     torch.manual_seed(0)
     model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=16, vocab_size=11, n_layer=1, n_head=2, n_embd=16,
                                                          cond_dim=8))).eval()
@@ -587,7 +587,7 @@ def folder_lm():
 def both_caches(model, x):
     """forward's cache and past_key_values, both given: an empty cache, and one holding x's first two columns."""
     from transformers import DynamicCache
-    from modeling_ao_gpt import CACHE_FIELD
+    from aogpt.modeling_ao_gpt import CACHE_FIELD
     return dict(cache=DynamicCache(), past_key_values=getattr(model(x[:, :2]), CACHE_FIELD))
 
 
@@ -662,6 +662,83 @@ def test_lora_on_a_folders_head_is_the_networks(folder_lm):
 
 
 def test_a_libc_without_mallopt_leaves_malloc_as_it_is(monkeypatch):
-    import common
+    from aogpt import common
     monkeypatch.setattr(common.ctypes, 'CDLL', lambda name: object())  # musl's libc: no mallopt
     common.hold_freed_memory()
+
+
+# -----------------------------------------------------------------------------
+# messages that pointed the wrong way (issue 88): each now names the right problem and fix
+
+
+def test_a_converted_gpt2_evaluates_at_the_block_it_took(workdir, bpe_shakespeare, gpt2_folder, capsys):
+    """A conversion takes the parent's block (39 of 40 positions); --eval_only of its output reads that block too."""
+    run_here('train.py', *conftest.GPT2_RUN, f'--init_from={gpt2_folder}', '--max_iters=0', '--out_dir=out-converted',
+             cwd=workdir)
+    capsys.readouterr()
+    run_here('train.py', *conftest.GPT2_RUN, '--out_dir=out-converted', '--eval_only', cwd=workdir)
+    assert 'iter 0: EMA loss l2r' in capsys.readouterr().out
+
+
+SCARCE = os.path.join(conftest.ROOT, 'config', 'train_shakespeare_char_scarce.py')
+SCARCE_RUN = [*conftest.TINY, '--dataset=shakespeare_char', '--train_tokens=0', '--max_iters=2', '--eval_interval=2',
+              '--warmup_iters=1', '--lr_decay_iters=2']
+
+
+@pytest.mark.parametrize('args', [['--order=l2r'], ['--order=l2r', '--order_mix='], ['--architecture=encoder']])
+def test_the_little_data_config_trains_a_gpt_or_the_encoder_without_its_mix(workdir, char_ckpt, args, capsys):
+    """The config's mix is a mixed run's: --order=l2r (or the encoder) on the command line drops it with a note, and
+    the run records none."""
+    out_dir = f"out-scarce-{'-'.join(a.strip('-').replace('=', '') for a in args)}"
+    run_here('train.py', SCARCE, *SCARCE_RUN, *args, f'--out_dir={out_dir}', cwd=workdir)
+    out = capsys.readouterr().out
+    assert ('note: --order_mix of a config file' in out) == (args[-1] != '--order_mix='), out
+    assert torch.load(workdir / out_dir / 'ckpt.pt', weights_only=False)['config']['order_mix'] == ''
+
+
+def test_a_mix_typed_for_a_gpt_or_the_encoder_is_still_refused(workdir, char_ckpt):
+    says(one_line_error('train.py', SCARCE, *SCARCE_RUN, '--order=l2r', '--order_mix=l2r:0.5,fim:0.5',
+                        '--out_dir=out-scarce-typed', cwd=workdir), '--order_mix', 'add --order=mixed')
+    says(one_line_error('train.py', SCARCE, *SCARCE_RUN, '--architecture=encoder', '--order_curriculum=5',
+                        '--out_dir=out-scarce-typed', cwd=workdir), 'encoder', 'drop --order_curriculum')
+
+
+def test_auto_with_another_prefix_names_the_runs_own_not_a_resume(workdir, char_ckpt):
+    """--init_from=resume refuses another --train_tokens too: auto names the run's own value."""
+    run_here('train.py', *conftest.TINY, '--dataset=shakespeare_char', '--train_tokens=5000', '--max_iters=2',
+             '--out_dir=out-auto-prefix', cwd=workdir)
+    message = one_line_error('train.py', *conftest.TINY, '--dataset=shakespeare_char', '--train_tokens=6000',
+                             '--max_iters=2', '--out_dir=out-auto-prefix', '--init_from=auto', cwd=workdir)
+    says(message, "give the run's own --train_tokens=5000", 'or start a new out_dir')
+    assert '--init_from=resume' not in message
+
+
+def test_the_encoder_choosing_its_best_by_l2r_is_noted(workdir, char_ckpt, capsys):
+    run_here('train.py', *conftest.TINY, '--dataset=shakespeare_char', '--architecture=encoder', '--max_iters=2',
+             '--keep_best=l2r', '--out_dir=out-encoder-best', cwd=workdir)
+    says(capsys.readouterr().out, 'note: --keep_best=l2r', 'encoder', '--keep_best=ao')
+
+
+def test_a_prefix_shorter_than_a_gpt2_parents_block_says_the_block_is_the_parents(workdir, bpe_shakespeare,
+                                                                                  gpt2_folder):
+    says(one_line_error('train.py', *conftest.GPT2_RUN, f'--init_from={gpt2_folder}', '--train_tokens=30',
+                        '--out_dir=out-gpt2-prefix', cwd=workdir),
+         '--train_tokens=30', 'use at least 40', f'block_size 39 is the block of {gpt2_folder}', '--block_size=N')
+
+
+def test_the_gpt2_recipe_offline_without_data_or_weights_says_both(tmp_path):
+    """config/finetune_shakespeare.py with neither data/shakespeare nor GPT-2's weights: one line naming both."""
+    env = os.environ | dict(HF_HUB_OFFLINE='1', HF_HOME=str(tmp_path / 'empty-hf-home'))
+    out = subprocess.run([sys.executable, os.path.join(conftest.ROOT, 'train.py'),
+                          os.path.join(conftest.ROOT, 'config', 'finetune_shakespeare.py'), '--device=cpu'],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1, out.stderr
+    says(lines[0], 'data/shakespeare/train.bin not found', 'prepare.py', "GPT-2's weights are not on this machine",
+         '--init_from=gpt2-local')
+
+
+def test_a_finding_the_gpu_preset_lacks_gives_its_own_reason(workdir, tmp_path):
+    for name, reason in (('scarce', 'little-data prefixes'), ('orders', 'order arms')):
+        says(one_line_error('findings.py', '--preset=gpu', f'--only={name}', f'--out_dir={tmp_path}', '--dry_run',
+                            cwd=workdir), f'--only={name}', reason, '--preset=cpu')

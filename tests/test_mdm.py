@@ -10,8 +10,8 @@ import torch
 import conftest
 from conftest import (N_EXACT as N, VOCAB_EXACT as V, exact_any_order, exact_l2r, exact_nelbo, nll_given,
                       one_line_error, rotate, says, stored_checkpoint, tiny_mdm, train)
-from model import GPTConfig, MDM, rotate as model_rotate
-from training import l2r_cuts, sample_masks
+from model import MDM, GPTConfig, rotate as model_rotate
+from aogpt.training import l2r_cuts, sample_masks
 
 @pytest.fixture(scope='module')
 def model():
@@ -159,7 +159,7 @@ def test_rotary_is_the_encoders_only_position():
 
 
 def test_state_dicts_and_old_checkpoints(tmp_path):
-    from checkpoints import load_checkpoint
+    from aogpt.checkpoints import load_checkpoint
     args = dict(block_size=N, vocab_size=V, n_layer=1, n_head=2, n_embd=16, cond_dim=8, architecture='encoder')
     learned, rotary = MDM(GPTConfig(**args)), MDM(GPTConfig(**args, position_encoding='rotary'))
     block = ['ln_1.weight', 'attn.c_attn.weight', 'attn.c_attn.bias', 'attn.c_proj.weight', 'attn.c_proj.bias',

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import N_EXACT as N, VOCAB_EXACT as V, exact_l2r, exact_nelbo, nll_given, run_script, tiny_mdm
-from common import read_checkpoint
-from scoring import encoder_l2r_logprobs, nelbo_estimates, nelbo_masks
+from aogpt.common import read_checkpoint
+from aogpt.scoring import encoder_l2r_logprobs, nelbo_estimates, nelbo_masks
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -8,9 +8,10 @@ import statistics
 import pytest
 import torch
 
-from common import read_checkpoint
+from aogpt.common import read_checkpoint
 from conftest import nll_given, one_line_error, run_script, samples, says, tiny_mdm, tiny_model
-from engine import Sampling, confidence_scores, generate, make_engine, step_sizes
+from aogpt.decoding import generate
+from aogpt.engine import Sampling, confidence_scores, make_engine, step_sizes
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
 

@@ -8,10 +8,10 @@ from torch.nn import functional as F
 
 from conftest import DECODERS, decoder_id, rotate, tiny_model
 from fixtures.reference import load
-from checkpoints import load_checkpoint, reference_state_dict
-from engine import Engine, KVCache
+from aogpt.checkpoints import load_checkpoint, reference_state_dict
+from aogpt.engine import Engine, KVCache
 from model import GPT, GPTConfig, build_model
-from training import make_ema, make_fixed_order, paper_mix, sample_orders
+from aogpt.training import make_ema, make_fixed_order, paper_mix, sample_orders
 
 
 @pytest.fixture(scope='module')

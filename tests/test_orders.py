@@ -1,4 +1,4 @@
-"""Training orders as a distribution (training.py, train.py's --order_mix, --order_curriculum, --fim_max_span,
+"""Training orders as a distribution (aogpt/training.py, train.py's --order_mix, --order_curriculum, --fim_max_span,
 --eval_gaps): each family's structure, the shares' frequencies, the paper's mix drawn bit for bit as before,
 the curriculum, and the in-training gap NLL against eval_ppl.py --gaps on the same chunks."""
 import json
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from conftest import TINY, metrics, one_line_error, run_here, run_script, says, tiny_model, train
-from training import (describe_orders, fim_orders, mix_stages, paper_mix, parse_mix, parse_stages, run_mix,
-                      sample_orders, shares_at, training_inputs)
+from aogpt.training import (describe_orders, fim_orders, mix_stages, paper_mix, parse_mix, parse_stages, run_mix,
+                            sample_orders, shares_at, training_inputs)
 
 
 def todays_mixed_orders(batch_size, seq_len, generator, random_ratio):

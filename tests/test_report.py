@@ -1,7 +1,7 @@
-"""report.py's figures as they are written: what their axes read."""
+"""aogpt/report.py's figures as they are written: what their axes read."""
 import pytest
 
-from report import line_figure
+from aogpt.report import line_figure
 
 
 @pytest.mark.parametrize('a,b,labels', [([0.003, 0.01], [0.001, 0.003], ['0.001', '0.003', '0.01']),  # learning rates

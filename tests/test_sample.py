@@ -1,4 +1,4 @@
-"""engine.py and sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
+"""aogpt/engine.py and sample.py: cached decoding equals uncached forwards, schedules, filtering, orders, infill, the CLI."""
 import math
 import os
 import re
@@ -8,10 +8,11 @@ import sys
 import pytest
 import torch
 
-from common import prompt_tokens
+from aogpt.sampling import prompt_tokens
 from conftest import DECODERS, ROOT, TINY_BLOCK as T, decoder_id, run_script, samples, says, tiny_model
-from engine import (Sampling, confidence_scores, filter_probs, generate, inverse_cdf, parse_infill, sample_tokens,
-                    step_sizes)
+from aogpt.decoding import generate
+from aogpt.engine import Sampling, confidence_scores, filter_probs, inverse_cdf, sample_tokens, step_sizes
+from configurator import parse_infill
 from fixtures.reference import load
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tiny models: one thread, here and in the scripts run
@@ -325,7 +326,7 @@ def test_freed_memory_is_kept_for_the_next_step():
     call freed instead of faulting in fresh pages (a trim threshold that wraps to 0 in mallopt's int faults
     thousands of pages a call; glibc's defaults some 19k)."""
     code = ('import resource, torch\n'
-            'from common import hold_freed_memory\n'
+            'from aogpt.common import hold_freed_memory\n'
             'hold_freed_memory()\n'
             'logits = torch.randn(64, 50304)\n'
             'faults = []\n'

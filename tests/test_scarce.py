@@ -10,7 +10,7 @@ import torch
 
 from configurator import read_config_file
 from conftest import ROOT, metrics, run_here, run_script, stored_checkpoint, tiny_model, train
-from training import training_inputs
+from aogpt.training import training_inputs
 
 SHORT = ['--weight_decay=0', '--max_iters=10', '--lr_decay_iters=10', '--eval_interval=10']
 PREFIX = 2000

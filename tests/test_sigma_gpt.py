@@ -7,9 +7,9 @@ import torch
 
 from conftest import ROOT, run_script, samples, says, stored_checkpoint, train
 from fixtures.reference import load
-from checkpoints import CheckpointError, load_checkpoint, weights_read
+from aogpt.checkpoints import CheckpointError, load_checkpoint, weights_read
 from model import GPT, GPTConfig
-from training import make_ema
+from aogpt.training import make_ema
 
 
 @pytest.fixture(scope='module')

@@ -1,4 +1,4 @@
-"""Speculative decoding (engine.speculative): its samples against the exact joint of one token per step,
+"""Speculative decoding (aogpt/speculative.py): its samples against the exact joint of one token per step,
 enumerated; greedy against the argmax of full forwards; what it refuses."""
 import itertools
 import json
@@ -11,8 +11,10 @@ import torch
 
 from conftest import (DECODERS, TINY_BLOCK as T, decoder_id, one_line_error, run_script, samples, says, tiny_mdm,
                       tiny_model)
-import engine
-from engine import Sampling, Speculation, check_order, generate, sampling_probs, speculative
+import aogpt.speculative as speculation
+from aogpt.decoding import check_order, generate
+from aogpt.engine import Sampling, sampling_probs
+from aogpt.speculative import Speculation, speculative
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -108,7 +110,7 @@ def test_the_ratio_test_and_its_residual_give_p(case):
     q, p = torch.tensor(q, dtype=torch.float64), torch.tensor(p, dtype=torch.float64)
     x = torch.stack([torch.multinomial(q[j], B, replacement=True, generator=gen) for j in range(2)], 1)
     seq = torch.tensor([-1, 0, 1]).expand(B, -1)
-    kept, rejected = engine.verify_drafts(x, seq, p.log().expand(B, -1, -1), q.log().expand(B, -1, -1),
+    kept, rejected = speculation.verify_drafts(x, seq, p.log().expand(B, -1, -1), q.log().expand(B, -1, -1),
                                           q.gather(1, x.T).T, torch.zeros(B, dtype=torch.long),
                                           torch.ones(B, dtype=torch.long), torch.full((B,), 2),
                                           torch.zeros(B, dtype=torch.long), Sampling(), gen)
@@ -228,7 +230,7 @@ def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
     out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=1', '--device=cpu', '--speculate=1e12',
                      cwd=workdir)  # capped at the 32 positions to decode
     assert len(samples(out.stdout.split('speculative decoding:')[0])[0]) == 32
-    for order, speculates in (('random', True), ('l2r', False)):  # auto: engine.AUTO_K's k, 0 left to right
+    for order, speculates in (('random', True), ('l2r', False)):  # auto: speculative.AUTO_K's k, 0 left to right
         out = run_script('sample.py', f'--out_dir={char_ckpt}', '--num_samples=1', '--device=cpu', f'--order={order}',
                          '--speculate=auto', cwd=workdir)
         assert ('speculative decoding:' in out.stdout) == speculates and len(samples(out.stdout)[0]) == 32
@@ -239,18 +241,18 @@ def test_sample_and_gen_ppl_speculate(workdir, char_ckpt, tmp_path):
     rows = json.loads(report.read_text())['results']
     for row in rows:
         s = row['speculation']
-        assert row['speculate'] == engine.AUTO_K['random'][1] and s['forwards'] <= 2 * 32 and 1 <= s['tokens_per_forward'] <= 32
+        assert row['speculate'] == speculation.AUTO_K['random'][1] and s['forwards'] <= 2 * 32 and 1 <= s['tokens_per_forward'] <= 32
         assert s['tokens_per_forward'] <= s['tokens_per_forward_alone'] and 0 <= s['acceptance'] <= 1
 
 
 @pytest.mark.parametrize('order,batch,vocab,encoder,k', [
-    ('random', 1, 65, False, engine.AUTO_K['random'][0]), ('random', 16, 65, False, engine.AUTO_K['random'][1]),
-    ('random', 1, 50304, False, engine.AUTO_K['random'][0]),
+    ('random', 1, 65, False, speculation.AUTO_K['random'][0]), ('random', 16, 65, False, speculation.AUTO_K['random'][1]),
+    ('random', 1, 50304, False, speculation.AUTO_K['random'][0]),
     ('random', 16, 50304, False, 0),  # a batch's drafts cost it rows of a 50k output layer: slower on the CPU
     ('l2r', 1, 65, False, 0), ('confidence', 1, 65, False, 0), ('random', 1, 65, True, 0)])
 def test_auto_k_by_order_batch_and_vocabulary(order, batch, vocab, encoder, k):
     model = SimpleNamespace(config=SimpleNamespace(vocab_size=vocab, is_encoder=encoder))
-    assert engine.auto_k(model, order, batch) == k
+    assert speculation.auto_k(model, order, batch) == k
 
 
 @pytest.mark.parametrize('args,parts', [

@@ -128,7 +128,7 @@ class Forked:
     them, send_signal, wait."""
 
     def __init__(self, argv, cwd, env):
-        from common import start_python
+        from aogpt.experiments.processes import start_python
         self.out = os.path.join(cwd, f'forked-{os.getpid()}-{time.time_ns()}.log')
         open(self.out, 'w').close()
         self.process = start_python(argv, cwd, env, self.out, os.devnull)
@@ -201,6 +201,39 @@ def test_a_signal_before_or_during_an_evaluation_stops_at_once_and_the_resume_ev
     same_run((workdir, 'out-slow-eval'), (workdir, out_dir))
 
 
+RACE = ['--max_iters=10', '--eval_interval=10', '--lr_decay_iters=10', '--eval_gaps=span:4']
+
+
+def signalled_at(workdir, out_dir, point):
+    """train.py with RACE, sent SIGTERM at a point of its first evaluation's exit (tests/signal_at.py)."""
+    return conftest.run_forked([os.path.join(ROOT, 'tests', 'signal_at.py'), str(point), os.path.join(ROOT, 'train.py'),
+                                *TINY, f'--out_dir={out_dir}', *RACE], workdir)
+
+
+def test_a_signal_anywhere_in_an_evaluations_exit_saves_and_the_resume_goes_on(workdir):
+    """The handler only notes the signal (runs.Preemption): wherever it lands, from the evaluation's last step to the
+    loop's check after it, the run exits 75 with a checkpoint and no traceback. The evaluation is recorded whole or
+    dropped, never half: metrics.jsonl and the checkpoint agree, a later signal never drops what an earlier one kept,
+    and a resumed run from a dropped one and from a kept one is the uninterrupted run."""
+    train(workdir, 'out-race-straight', *RACE)
+    counted = signalled_at(workdir, 'out-race-count', 0)
+    points = int(re.search(r'points: (\d+)', counted.stdout).group(1))
+    assert counted.returncode == 0 and points >= 4, counted.stdout[-500:]
+    kept = []
+    for point in range(1, points + 1):
+        out_dir = f'out-race-{point}'
+        run = signalled_at(workdir, out_dir, point)
+        assert run.returncode == 75 and 'Traceback' not in run.stderr, (point, run.stderr[-2000:])
+        assert 'stopped by SIGTERM at iter 0' in run.stdout, (point, run.stdout[-500:])
+        evaluated = stored_checkpoint(workdir, out_dir)['evaluated_at'] == 0
+        assert [r['iter'] for r in metrics(workdir, out_dir)] == ([0] if evaluated else []), point
+        kept.append(evaluated)
+    assert kept == sorted(kept) and kept[0] is False and kept[-1] is True, kept
+    for out_dir in ('out-race-1', f'out-race-{points}'):
+        train(workdir, out_dir, *RACE, '--init_from=auto')
+        same_run((workdir, 'out-race-straight'), (workdir, out_dir))
+
+
 DDP = ['--gradient_accumulation_steps=2', '--max_iters=50', '--eval_interval=25', '--lr_decay_iters=50',
        '--log_interval=1', '--dropout=0.1']  # PREEMPTIBLE, shorter: the signal comes at 13
 
@@ -243,7 +276,7 @@ def test_a_checkpoint_of_another_world_size_is_refused_by_auto_and_noted_by_resu
 
 
 def test_a_checkpoint_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
-    import checkpoints
+    from aogpt import checkpoints
     events = []
     monkeypatch.setattr(checkpoints.os, 'fsync', lambda fd: events.append(('fsync', os.readlink(f'/proc/self/fd/{fd}'))))
     real_replace = os.replace
@@ -255,7 +288,7 @@ def test_a_checkpoint_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, 
 
 
 def test_encoder_trains_on_its_nelbo(workdir):
-    from checkpoints import load_checkpoint
+    from aogpt.checkpoints import load_checkpoint
     from model import MDM
     train(workdir, 'out-mdm-nelbo', '--architecture=encoder', '--max_iters=150', '--lr_decay_iters=150',
           '--eval_interval=75', '--learning_rate=3e-3', '--ema_decay=0.9')

@@ -1,4 +1,4 @@
-"""report.py's statistics for the verdicts: t quantiles, the paired bootstrap, Welch and one-sample t intervals
+"""aogpt/report.py's statistics for the verdicts: t quantiles, the paired bootstrap, Welch and one-sample t intervals
 (their verdicts on synthetic effects and their coverage), the rule, and Intervals in results.md and results.json."""
 import json
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from report import (RULE, VERDICTS, Interval, mean_interval, number, paired_interval, t_quantile, unpaired_interval,
-                    verdict, write_results)
+from aogpt.report import (RULE, VERDICTS, Interval, mean_interval, number, paired_interval, t_quantile,
+                          unpaired_interval, verdict, write_results)
 
 
 @pytest.mark.parametrize('df, t', [(1, 12.7062), (2, 4.3027), (4, 2.7764), (10, 2.2281), (30, 2.0423),

@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # data/, for the shared helpers
 sys.path.insert(1, os.path.dirname(os.path.dirname(HERE)))  # the repository, for its WikiText reader
 from shakespeare_char.prepare import refuse_arguments, split_contiguous, write_char_corpus  # noqa: E402
-from benchmarks import SETS, load_rows  # noqa: E402
+from aogpt.benchmarks import SETS, load_rows  # noqa: E402
 
 
 def main():
