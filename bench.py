@@ -543,7 +543,7 @@ def bench_speculation():
 
 
 def speculation_rows(model, n_tokens, T, sampling, order, batch):
-    """The table's rows of one setting: each k of speculate_k (auto: engine.auto_k's) against one token per step."""
+    """The table's rows of one setting: each k of speculate_k (auto: speculative.auto_k's) against one token per step."""
     def run(k, stats=None):
         """4 x batch samples of T tokens in batches of `batch`, as gen_ppl.py draws them (generate_many: with k,
         the rows take turns), one token per step (k=0) or speculatively with k drafts per forward."""

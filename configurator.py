@@ -148,7 +148,7 @@ def parse_text(key, text, default, flag='--{}'):
         if word not in TRUE_WORDS | FALSE_WORDS:
             fail(f'{flag.format(key)} expects a bool (true/false), got {text!r}')
         return word in TRUE_WORDS
-    if isinstance(default, (int, float)):  # engine.parse_number: ASCII digits, an int also as 2e5 (iteration counts)
+    if isinstance(default, (int, float)):  # configurator.parse_number: ASCII digits, an int also as 2e5 (iteration counts)
         kind = type(default)
         try:
             number = parse_number(text, kind)

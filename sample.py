@@ -17,7 +17,7 @@ with one full forward per step and no cache, and also takes 'ancestral', MDLM's 
 reveals every masked position with the same probability, so --steps may exceed the tokens (a step
 that reveals nothing costs nothing). speculate=k > 0 draws the samples of one token per step
 (random or l2r order) by any-subset speculative decoding: up to k tokens drafted at once, each kept
-or redrawn by an exact test, in fewer forwards (engine.speculative; it prints them).
+or redrawn by an exact test, in fewer forwards (speculative.speculative; it prints them).
 start: a prefix (or FILE:path); infill: a template whose `mask_token` markers are generated ([MASK]
 is one token, [MASK:5] five) around the known text, each generated span printed between fill_marks.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), a

@@ -103,10 +103,10 @@ class Forward:
     """A decoding loop's forwards fn(model, cache, *args) (step_forward, speculative_forward, or the encoder's
     masked_forward with no cache), compiled if compile_decoding(model) compiled fn.
 
-    Compiled, each set of argument shapes and cache widths (graph_width) gets its graph once. Dynamo checks all its guards the first time a
-    set comes, then only those that tell its graphs apart (skip_guard_eval_unsafe): within one loop nothing
-    else can change, and checking every guard at every forward would cost a CPU's step a share of its time. On a GPU the graphs replay as CUDA
-    graphs, which write the cache where it is (a static address) and overwrite their output at the next replay.
+    Compiled, each set of argument shapes and cache widths (graph_width) gets its graph once. Dynamo checks all its
+    guards the first time a set comes, then only those that tell its graphs apart (skip_guard_eval_unsafe): within
+    one loop nothing else can change, and checking every guard at every forward would cost a CPU's step a share of
+    its time. On a GPU the graphs replay as CUDA graphs, which write the cache where it is (a static address) and overwrite their output at the next replay.
     """
 
     def __init__(self, model, cache, fn, compiled=True):

@@ -48,7 +48,7 @@ given as text are read by their defaults' types, as sample.py reads its flags (u
   alone, each later one after its token of context, block_size tokens in all.
 - generate_until: the prompt (cut from the left to leave max_gen_toks, which must be below
   block_size, as lm-eval's models require) as known tokens, the
-  continuation decoded by engine.generate (order, steps, temperature, top_p, top_k, speculate),
+  continuation decoded by decoding.generate (order, steps, temperature, top_p, top_k, speculate),
   then cut at the first stop string (and GPT-2's end-of-text for a BPE model): an any-order decoder
   fills every position, so it decodes all max_gen_toks (what fits in block_size) before cutting. One
   request at a time, seeded by its place.
@@ -182,7 +182,7 @@ class AOGPTLM(LM):
         return totals
 
     def generate_until(self, requests):
-        """The continuation of each context, decoded by engine.generate and cut at the task's stop strings."""
+        """The continuation of each context, decoded by decoding.generate and cut at the task's stop strings."""
         out = []
         for c, request in enumerate(tqdm(requests, desc='ao-gpt generate_until')):
             out.append(self.generator.continue_text(c, *request.args))
@@ -453,7 +453,7 @@ class Scorer:
 
 @dataclass
 class TextGenerator:
-    """Continuations of requests' contexts by engine.generate: the model_args' settings, which a task's gen_kwargs
+    """Continuations of requests' contexts by decoding.generate: the model_args' settings, which a task's gen_kwargs
     override (see the module docstring)."""
     model: torch.nn.Module
     device: torch.device

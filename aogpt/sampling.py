@@ -28,7 +28,7 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
     order='random',  # 'random', 'l2r', 'confidence', or 'ancestral' (the encoder only)
     confidence='maxprob',  # order=confidence decodes the highest 'maxprob' or the lowest 'entropy' first
     # k > 0: one token per step's samples by speculative decoding, up to k drafts per forward; 'auto': the k measured
-    # fastest for the order, batch and vocabulary (engine.auto_k, 0 where none pays); None or 0: one token per step
+    # fastest for the order, batch and vocabulary (speculative.auto_k, 0 where none pays); None or 0: one token per step
     speculate=None,
     temperature=1.0,  # 0: greedy
     top_k=None,  # sample from the top_k most likely tokens only
@@ -151,7 +151,7 @@ def decoding_order(order, given, checkpoint, model, infill):
 
 
 def check_decoding(order, model, speculate=0):
-    """Fail unless the model can decode in `order`, speculatively if speculate > 0 (engine.check_order)."""
+    """Fail unless the model can decode in `order`, speculatively if speculate > 0 (decoding.check_order)."""
     try:
         check_order(model, order, speculate)
     except ValueError as e:

@@ -188,7 +188,7 @@ def workdir(tmp_path_factory):
 
 
 def run_forked(argv, cwd, timeout=600):
-    """`python *argv` in cwd as common.run_python runs it (a new process with torch imported): the
+    """`python *argv` in cwd as processes.run_python runs it (a new process with torch imported): the
     CompletedProcess, its output as text."""
     from aogpt.experiments.processes import run_python
     with tempfile.TemporaryDirectory() as tmp:

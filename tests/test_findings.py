@@ -296,7 +296,7 @@ def test_each_job_runs_on_the_threads_it_is_given(tmp_path):
 
 @pytest.mark.parametrize('methods', [None, ['spawn']])  # None: this platform's (forkserver); spawn: as on Windows
 def test_run_python_is_a_new_interpreter(tmp_path, monkeypatch, methods):
-    """common.run_python gives a script's output (stdout and stderr in one file, or apart), its exit status, its
+    """processes.run_python gives a script's output (stdout and stderr in one file, or apart), its exit status, its
     arguments, folder and environment, and None past its timeout; without forkserver, through subprocess."""
     import multiprocessing
     from aogpt.experiments.processes import run_python

@@ -122,7 +122,7 @@ TRAIN = [
     (['--order_mix=l2r:0.5,fim:0.5', '--fim_max_span=33'],
      ('--fim_max_span=33', 'longer than the block', 'at most 32')),
     (['--fim_max_span=8'], ('--fim_max_span', 'the mix has none', 'add fim to --order_mix')),
-    # Python's int() and float() read other scripts' digits: every setting is read by engine.parse_number
+    # Python's int() and float() read other scripts' digits: every setting is read by configurator.parse_number
     (['--fim_max_span=\u0668', '--order_mix=l2r:0.5,fim:0.5'], ('--fim_max_span', "'\u0668' (U+0668)", 'digits 0-9')),
     (['--learning_rate=\u0663e-4'], ('--learning_rate', "'\u0663' (U+0663)", 'digits 0-9')),
     (['--architecture=encoder', '--fim_max_span=4', '--out_dir=out-enc-span'], ('encoder', 'drop --fim_max_span')),

@@ -124,7 +124,7 @@ def stop_at(workdir, out_dir, iteration, signals, *args, nproc=None):
 
 
 class Forked:
-    """A script started by common.start_python, read and signalled as a Popen: its stdout's lines as it prints
+    """A script started by processes.start_python, read and signalled as a Popen: its stdout's lines as it prints
     them, send_signal, wait."""
 
     def __init__(self, argv, cwd, env):

@@ -13,9 +13,10 @@ from aogpt.experiments.finding import Finding, Sweep
 from aogpt.experiments.jobs import read_metrics
 from aogpt.experiments.measure import LOSS, between_runs, claim, within
 from aogpt.experiments.orders import (AO_COST, FIM_GPT, FIM_MIX, ORDER_ARMS, TAX, arm_loss, order_flags, order_run,
-                                scored_jobs)
+                                      scored_jobs)
 from aogpt.experiments.presets import SEEDS
-from aogpt.experiments.readings import arm_numbers, corpus_file, corpus_title, gap_nll, inner_spans, said_on, trade_off_figure
+from aogpt.experiments.readings import (arm_numbers, corpus_file, corpus_title, gap_nll, inner_spans, said_on,
+                                        trade_off_figure)
 from aogpt.experiments.sweep import own_loss
 from aogpt.report import unpaired_interval
 
@@ -224,6 +225,7 @@ def size_claims(m, p, settings):
 
 FINDING = Finding('adapt', '(Ours) AO-GPT from a GPT: left to right first, any order after', ('mixed', 'l2r'),
                   finding_adapt, runs=adapt_runs, evaluations=evaluations, kind_seeds=False,
-                  needs=('adapt', 'has no adaptation arms: use --preset=cpu'), corpora=scored_corpora, losses={'adapt-': arm_loss(ADAPT_ARMS)},
+                  needs=('adapt', 'has no adaptation arms: use --preset=cpu'), corpora=scored_corpora,
+                  losses={'adapt-': arm_loss(ADAPT_ARMS)},
                   sweep=Sweep("finding adapt's GPT parents and its sweep of the adaptations' learning rates",
                               adapt_sweep_runs, lambda p, chosen, runs_dir: choose_adapt(p, runs_dir), first_rates))

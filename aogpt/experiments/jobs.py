@@ -1,5 +1,5 @@
 """
-The findings' jobs: training, then evaluations, each a process of one of the scripts (common.run_python: train.py,
+The findings' jobs: training, then evaluations, each a process of one of the scripts (processes.run_python: train.py,
 eval_ppl.py, gen_ppl.py), each run in its own folder out_dir/runs/<name>, run side by side by a pool of workers.
 
 Resumable: a run whose metrics.jsonl reached max_iters is not trained again, one with a ckpt.pt short
@@ -125,7 +125,7 @@ class Stopped(Exception):
 
 
 class Running:
-    """The pids of the jobs' processes while they run (common.run_python adds and discards them), and the signal
+    """The pids of the jobs' processes while they run (processes.run_python adds and discards them), and the signal
     that stops them: each is passed it, one that starts after it too."""
     def __init__(self):
         self.pids, self.signal = set(), None

@@ -272,6 +272,7 @@ def prefix_results(m, p, runs, tokens, corpus):
 
 FINDING = Finding('scarce', '(Ours) Data-constrained training: AO-GPT against a tuned GPT as the data repeats',
                   ('mixed', 'encoder', 'l2r'), lambda m, p, runs_dir: finding_scarce(m, p), runs=scarce_runs,
-                  evaluations=evaluations, kind_seeds=False, needs=('scarce', 'has no little-data prefixes: use --preset=cpu'), corpora=scarce_corpora,
+                  evaluations=evaluations, kind_seeds=False,
+                  needs=('scarce', 'has no little-data prefixes: use --preset=cpu'), corpora=scarce_corpora,
                   sweep=Sweep("finding scarce's sweep of the regularizers", sweep_runs,
                               lambda p, chosen, runs_dir: choose_points(p, runs_dir), first_points))

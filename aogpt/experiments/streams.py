@@ -130,5 +130,6 @@ def stream_results(m, p, runs, corpus=''):
 
 FINDING = Finding('streams', '(Ours) Two streams: keys and values that carry no target, against the single stream',
                   ('mixed', 'l2r'), lambda m, p, runs_dir: finding_streams(m, p), runs=stream_runs,
-                  evaluations=evaluations, kind_seeds=False, needs=('streams', 'has no two-stream arms: use --preset=cpu'), corpora=stream_corpora,
+                  evaluations=evaluations, kind_seeds=False, needs=('streams', 'has no two-stream arms: use --preset=cpu'),
+                  corpora=stream_corpora,
                   losses={'streams-': arm_loss(STREAM_ARMS)})
