@@ -12,7 +12,7 @@ stay there). One job a module:
     runs.py          a run's folder: resuming, parents, the metrics and best-checkpoint records
     checkpoints.py   reading and writing checkpoints and model folders, GPT-2 and the authors' weights
     common.py        what the scripts share: settings checks, devices, memory, tokenizers, file readers
-    benchmarks.py    bench.py's measurements
+    benchmarks.py    the zero-shot sets: their text, the authors' chunking, token files
     report.py        the figures and tables of a run and of the findings
     harness.py       the lm-evaluation-harness model (lm_eval_ao.py)
     modeling_ao_gpt.py  the transformers classes an exported folder runs (export.py copies it there)
