@@ -58,32 +58,29 @@ one's: give a trained `checkpoint`.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
-import contextlib
 import copy
 import dataclasses
 import functools
 import itertools
 import math
 import os
-import sys
 import time
-import warnings
 
 import torch
 
 from aogpt.checkpoints import token_count
 from aogpt.common import (at_least, autocast, check_device, check_settings, find_checkpoint, hold_freed_memory,
                           peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
-from aogpt.sampling import TOP_P_RULE, parse_list
-from configurator import fail
-from configurator import configure
 from aogpt.decoding import generate, generate_many
-from aogpt.engine import Engine, Forward, Sampling, compile_decoding, sample_tokens, step_sizes
-from aogpt.speculative import Speculation, auto_k
-from configurator import count_of
-from model import GPTConfig, build_model
+from aogpt.engine import Sampling, compile_decoding
+from aogpt.sampling import TOP_P_RULE, parse_list
 from aogpt.scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
+from aogpt.speculative import Speculation, auto_k
+from aogpt.timing import (authors_generator, count_syncs, forward_share, median_seconds, profile_call,
+                          sample_uncached, sync)
 from aogpt.training import training_inputs
+from configurator import configure, count_of, fail
+from model import GPTConfig, build_model
 
 device = 'cpu'
 dtype = 'float32'  # 'float32', 'bfloat16' or 'float16'
@@ -163,11 +160,6 @@ def check_inputs():
     checkpoint_file = find_checkpoint(checkpoint, '') if checkpoint else ''  # fetched (hf:...) before any work
 
 
-def sync():
-    if device.startswith('cuda'):
-        torch.cuda.synchronize()
-
-
 ARCHITECTURES = {'AO-GPT': {}, 'sigma-GPT': dict(target_injection='add'), 'encoder MDM': dict(architecture='encoder'),
                  'two streams': dict(target_injection='two_stream'),
                  'target in queries': dict(target_injection='queries', position_encoding='rotary')}
@@ -195,22 +187,8 @@ def trainer(model):
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        sync()
+        sync(device)
     return run_steps
-
-
-def median_seconds(runs, n_rounds=None):
-    """Median seconds of each of runs (name -> function) over n_rounds (default `rounds`) rounds, the
-    runs taking turns after one warm-up (and compile) call each."""
-    for fn in runs.values():
-        fn()
-    seconds = {name: [] for name in runs}
-    for _ in range(n_rounds or rounds):
-        for name, fn in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            seconds[name].append(time.perf_counter() - t0)
-    return {name: sorted(s)[len(s) // 2] for name, s in seconds.items()}
 
 
 def bench_training():
@@ -223,7 +201,7 @@ def bench_training():
         model = build(block_size, position_encoding=positions)
         steps[positions] = trainer(model)
     seconds = median_seconds({(positions, mode): lambda run=steps[positions], mode=mode: run(mode, train_steps)
-                              for positions in encodings for mode in modes})
+                              for positions in encodings for mode in modes}, rounds)
     tokens_per_sec = {run: train_steps * batch_size * block_size / s for run, s in seconds.items()}
     print(f'training: {model.get_num_params() / 1e6:.1f}M params (rotary), batch {batch_size} x {block_size}, '
           f'{device} {dtype}{" compiled" if compile else ""}')
@@ -250,7 +228,7 @@ def bench_eval(ns=(128, 256), ensemble=8, slow_sample=16):
         context_orders = random_context_orders(order, ensemble - 1, seed)
         t0 = time.perf_counter()
         ensemble_logprobs(model, x, order.to(device), context_orders, ensemble, max_tokens=32768)
-        sync()
+        sync(device)
         fast = time.perf_counter() - t0
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -259,7 +237,7 @@ def bench_eval(ns=(128, 256), ensemble=8, slow_sample=16):
             for i in targets:
                 for context in context_orders(i):
                     model(x[None], torch.cat([context, order[i:]])[None].to(device))
-        sync()
+        sync(device)
         slow = time.perf_counter() - t0
         slow *= n / len(targets)
         minimum = (n + 1) + (ensemble - 1) * n * (n + 1) // 2  # sum of prefix lengths
@@ -274,24 +252,6 @@ def bench_eval(ns=(128, 256), ensemble=8, slow_sample=16):
     scale = lambda t0, t1: t1 * (t1 / t0) ** (math.log(1024 / n1) / math.log(n1 / n0))  # power law through both
     print(f'  n=1024 (extrapolated) fast {scale(f0, f1):7.1f}s  slow {scale(s0, s1):8.1f}s  '
           f'ratio {scale(s0, s1) / scale(f0, f1):5.1f}x')
-
-
-@torch.no_grad()
-def sample_uncached(model, x, n_steps, generator):
-    """Encoder-style sampling in a random order: every step reads the start slot and all the tokens
-    decoded so far again (the engine starts afresh at each step)."""
-    B, T = x.shape
-    order = torch.rand(B, T, generator=generator, device=x.device).argsort(1)
-    start = torch.full((B, 1), -1, device=x.device)
-    engine = Engine(model, B, T)
-    done = 0
-    for k in step_sizes(T, n_steps):
-        engine.reset()
-        positions, targets = torch.cat([start, order[:, :done]], 1), order[:, done:done + k]
-        logits = engine.step(x.gather(1, positions.clamp(min=0)), positions, targets)
-        x.scatter_(1, targets, sample_tokens(logits, Sampling(), generator))
-        done += k
-    return x
 
 
 def bench_steps():
@@ -315,7 +275,7 @@ def bench_steps():
                 with autocast(device, dtype):
                     generate(model, x, torch.arange(T, device=device) < T - steps, steps, n_tokens=n_tokens,
                              generator=torch.Generator(device).manual_seed(seed), speculate=k)
-                sync()
+                sync(device)
             k = auto_k(eager, 'random', batch)
             t0 = time.perf_counter()
             run(compiled)
@@ -323,12 +283,12 @@ def bench_steps():
             runs = {'eager': lambda: run(eager), 'compiled': lambda: run(compiled)}
             if k:
                 runs['speculative'] = lambda: run(compiled, k)
-            ms = {name: 1e3 * s / n for name, s in median_seconds(runs).items()}
+            ms = {name: 1e3 * s / n for name, s in median_seconds(runs, rounds).items()}
             if sync_check:
                 print(f'{what}, batch {batch}: host syncs in a compiled call of {n} steps, of {n // 2} steps: '
                       f'{count_syncs(lambda: run(compiled))}, {count_syncs(lambda: run(compiled, steps=n // 2))}')
             if step_profile:
-                profile_call(f'{what}, batch {batch}, a compiled call of {n} steps', lambda: run(compiled))
+                profile_call(f'{what}, batch {batch}, a compiled call of {n} steps', lambda: run(compiled), device)
             rows.append([what, batch, f"{ms['eager']:.3f}", f"{ms['compiled']:.3f}",
                          f"{ms['eager'] / ms['compiled']:.2f}x", f'{compiling:.1f}s',
                          f"{ms['speculative']:.3f} (k={k})" if k else '-',
@@ -337,24 +297,6 @@ def bench_steps():
           f'{device} {dtype}, ms a token, median of {rounds} rounds taking turns; compiled: engine.compile_decoding')
     print_table(['model', 'batch', 'eager', 'compiled', 'speedup', 'first call (compiles)', 'speculative compiled',
                  'vs eager'], rows)
-
-
-def authors_generator(model):
-    """The authors' cached decoder (authors_dir's model_AOGPT_generate) with model's weights: generate(x) samples
-    x's rows in a random order, eagerly."""
-    sys.path.insert(0, os.path.abspath(authors_dir))
-    import model_AOGPT_generate as theirs
-    c = model.config
-    with contextlib.redirect_stdout(None):  # their constructor prints the parameter count
-        net = theirs.AOGPT(theirs.AOGPTConfig(block_size=c.block_size, vocab_size=c.vocab_size, n_layer=c.n_layer,
-                                              n_head=c.n_head, n_embd=c.n_embd, bias=c.bias)).to(device).eval()
-    net.load_state_dict(model.state_dict())
-
-    def generate_theirs(x, n_steps):
-        with torch._dynamo.config.patch(disable=True), contextlib.redirect_stdout(None):  # it prints the cache's shape
-            net.clean_kv_cache()
-            net.generate(x.size(0), n_steps, device)
-    return generate_theirs
 
 
 def bench_long():
@@ -371,13 +313,13 @@ def bench_long():
         x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
         with autocast(device, dtype):
             generate(model, x, known, n_steps, sampling, generator=torch.Generator(device).manual_seed(seed))
-        sync()
+        sync(device)
     samplers = {'eager': functools.partial(ours, eager), 'compiled': functools.partial(ours, compiled)}
     if authors_dir:
-        samplers['authors'] = functools.partial(authors_generator(eager), torch.zeros(batch_size, T))
+        samplers['authors'] = functools.partial(authors_generator(authors_dir, eager, device), torch.zeros(batch_size, T))
     rows = []
     for n_steps in [count_of(s) for s in sample_steps.split(',')]:
-        s = median_seconds({name: functools.partial(fn, n_steps) for name, fn in samplers.items()})
+        s = median_seconds({name: functools.partial(fn, n_steps) for name, fn in samplers.items()}, rounds)
         rows.append([n_steps] + [f'{s[name]:.2f}s' for name in samplers] +
                     [f"{s['authors'] / s[name]:.2f}x" for name in ('eager', 'compiled') if 'authors' in s] +
                     [f"{s['eager'] / s['compiled']:.2f}x"])
@@ -385,29 +327,6 @@ def bench_long():
           f'{device} {dtype}, median of {rounds} rounds taking turns')
     print_table(['steps', *samplers] + (['authors/eager', 'authors/compiled'] if authors_dir else []) +
                 ['eager/compiled'], rows)
-
-
-def profile_call(what, fn):
-    """Print the operations that take the most device time (CPU time on a CPU) in fn()."""
-    cuda = device.startswith('cuda')
-    activities = [torch.profiler.ProfilerActivity.CPU] + [torch.profiler.ProfilerActivity.CUDA] * cuda
-    with torch.profiler.profile(activities=activities) as prof:
-        fn()
-    print(f'{what}: the costliest operations')
-    print(prof.key_averages().table(sort_by='self_device_time_total' if cuda else 'self_cpu_time_total',
-                                    row_limit=15, max_name_column_width=70))
-
-
-def count_syncs(fn):
-    """The host syncs CUDA sees in fn() (torch.cuda.set_sync_debug_mode's warnings)."""
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter('always')
-        torch.cuda.set_sync_debug_mode('warn')
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode('default')
-    return sum('synchronizing' in str(w.message) for w in seen)
 
 
 def decoder_checkpoint():
@@ -435,7 +354,7 @@ def bench_sampling():
                 generate(model, x, known, n_steps, order=order, generator=generator)
             else:
                 sample_uncached(model, x, n_steps, generator)
-        sync()
+        sync(device)
         return time.perf_counter() - t0
 
     seconds(8), seconds(8, cached=False)  # warm up
@@ -495,11 +414,11 @@ def bench_architectures():
         x = torch.zeros(batch_size, T, dtype=torch.long, device=device)
         with autocast(device, dtype):
             generate(model, x, known, n_steps, generator=torch.Generator(device).manual_seed(seed))
-        sync()
+        sync(device)
 
     all_steps = [count_of(s) for s in sample_steps.split(',')]
     times = {n_steps: median_seconds({name: lambda model=model, n_steps=n_steps: sample(model, n_steps)
-                                      for name, model in samplers.items()}) for n_steps in all_steps}
+                                      for name, model in samplers.items()}, rounds) for n_steps in all_steps}
     print(f'generation at n_layer={n_layer} n_head={n_head} n_embd={n_embd}: batch {batch_size} x {T}, random order, '
           f'median wall time of {rounds} rounds by steps (decoders with their KV cache, the encoder a full forward per '
           f'step), {device} {dtype}{" compiled" if compile else ""}')
@@ -513,7 +432,7 @@ def bench_architectures_training():
     models = {name: build(block_size, **kind) for name, kind in ARCHITECTURES.items()}
     trainers = {name: trainer(model) for name, model in models.items()}
     seconds = median_seconds({name: lambda run_steps=run_steps: run_steps('mixed', train_steps)
-                              for name, run_steps in trainers.items()})
+                              for name, run_steps in trainers.items()}, rounds)
     tokens_per_sec = {name: train_steps * batch_size * block_size / s for name, s in seconds.items()}
     print(f'architectures at n_layer={n_layer} n_head={n_head} n_embd={n_embd}, {device} {dtype}: training batch '
           f'{batch_size} x {block_size} (mixed orders; the encoder: NELBO masks)')
@@ -552,39 +471,17 @@ def speculation_rows(model, n_tokens, T, sampling, order, batch):
                       stats=stats)
 
     ks = {name: auto_k(model, order, batch) if name == 'auto' else count_of(name) for name in speculate_k.split(',')}
-    seconds = median_seconds({k: lambda k=k: run(k) for k in {0, *ks.values()}})
+    seconds = median_seconds({k: lambda k=k: run(k) for k in {0, *ks.values()}}, rounds)
     rows = []
     for name, k in ks.items():
         stats = Speculation()
-        share = forward_share(lambda: run(k, stats))
+        share = forward_share(lambda: run(k, stats), device)
         s = stats.summary() if k else dict(tokens_per_forward=1, tokens_per_forward_alone=1)  # k=0: no drafts
         rows.append([sampling.top_p, order, batch, f'{name} ({k})' if name == 'auto' else k, f'{seconds[k]:.3f}s',
                      f'{seconds[0] / seconds[k]:.2f}x', f"{1 / s['tokens_per_forward']:.2f}",
                      f"{1 / s['tokens_per_forward_alone']:.2f}", f"{100 * s['acceptance']:.0f}%" if k else '-',
                      f'{100 * share:.0f}%', f'{seconds[0] / (seconds[k] * share):.2f}x'])
     return rows
-
-
-def forward_share(fn):
-    """The share of fn()'s wall time spent in the decoding forwards (engine.Forward; the rest: sampling and
-    bookkeeping)."""
-    inner, spent = Forward.__call__, [0.0]
-
-    def timed(self, *args, **kwargs):
-        sync()
-        t0 = time.perf_counter()
-        out = inner(self, *args, **kwargs)
-        sync()
-        spent[0] += time.perf_counter() - t0
-        return out
-
-    Forward.__call__ = timed
-    try:
-        t0 = time.perf_counter()
-        fn()
-        return spent[0] / (time.perf_counter() - t0)
-    finally:
-        Forward.__call__ = inner
 
 
 def bench_generate():
@@ -616,7 +513,7 @@ def bench_generate():
                     sample=sample_ids)
         with ctx, torch.no_grad():
             ids = {name: fn() for name, fn in runs.items()}
-            cached, uncached, sampled = median_seconds(runs).values()
+            cached, uncached, sampled = median_seconds(runs, rounds).values()
         same = torch.equal(ids['cached'], ids['uncached']) and torch.equal(ids['cached'], ids['sample'])
         print(f'  {batch:>6} {cached:>8.2f}s {uncached:>8.2f}s {sampled:>8.2f}s {uncached / cached:>15.1f}x '
               f'{cached / sampled:>15.1f}x {"yes" if same else "no":>12}')

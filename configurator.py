@@ -239,26 +239,32 @@ def parse_number(text, kind=float):
 
 
 def parse_infill(template, marker, encode):
-    """Token ids and a known-mask (lists) for an infill template, whose text encode() turns into ids: marker is one
-    masked token, and with a count before its last character (e.g. [MASK:5]) that many. ValueError naming every bad
-    count."""
+    """Token ids and a known-mask (lists) for an infill template, whose text encode() turns into ids, and where its gap
+    of no given length goes: marker alone is a gap whose length the model chooses (at most one a template; its index
+    in ids, else None), and with a count before its last character (e.g. [MASK:5]) that many masked tokens.
+    ValueError naming every bad count."""
     pattern = re.escape(marker[:-1]) + f'(?::([^{re.escape(marker[-1])}]*))?' + re.escape(marker[-1])
     parts = re.split(pattern, template)
     texts, counts = parts[::2], parts[1::2]
     if not counts:
         raise ValueError(f'the infill template has no {marker} marker')
-    sizes = [1 if count is None else count_of(count) for count in counts]
-    bad = [f'{marker[:-1]}:{count}{marker[-1]}' for count, size in zip(counts, sizes) if not size]
+    if counts.count(None) > 1:
+        raise ValueError(f'the infill template has {counts.count(None)} gaps of no given length ({marker}), and one '
+                         f'is the most a model chooses: give the others theirs, as {marker[:-1]}:5{marker[-1]}')
+    sizes = [0 if count is None else count_of(count) for count in counts]
+    bad = [f'{marker[:-1]}:{count}{marker[-1]}' for count, size in zip(counts, sizes) if count is not None and not size]
     if bad:
         raise ValueError(f"{', '.join(bad)} in the infill template: a masked span needs a whole number of tokens, at "
-                         f"least one, in the digits 0-9 (as in {marker[:-1]}:5{marker[-1]})")
+                         f"least one, in the digits 0-9 (as in {marker[:-1]}:5{marker[-1]}), or no count ({marker}) "
+                         f"for the model to choose it")
     encode(''.join(texts))  # a tokenizer's error names every character it does not read, not one piece's
-    ids, known = [], []
-    for text, size in zip(texts, sizes + [0]):  # no marker after the last text
+    ids, known, at = [], [], None
+    for text, count, size in zip(texts, counts + [''], sizes + [0]):  # no marker after the last text
         piece = encode(text)
         ids += piece + [0] * size
         known += [True] * len(piece) + [False] * size
-    return ids, known
+        at = len(ids) if count is None else at
+    return ids, known, at
 
 
 def count_of(text):

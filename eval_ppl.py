@@ -82,6 +82,7 @@ from aogpt.scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_l
                            encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, hf_start_logprobs, left_gap_logprobs,
                            mixture_logprobs, nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity,
                            score_chunks)
+from aogpt.training import val_half
 
 # -----------------------------------------------------------------------------
 init_from = 'resume'  # 'resume' (out_dir/ckpt.pt), a path, hf:owner/repo/path, or gpt2, gpt2-medium, ... / an HF folder
@@ -196,8 +197,7 @@ def main(given=()):
     sets = {}
     for name in names:  # read and check every set before evaluating any
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)
-        if half:  # one document: the val.bin train.py cut in two with --keep_best
-            docs = [doc[len(doc) // 2:] if half == 'report' else doc[:len(doc) // 2] for doc in docs]
+        docs = [val_half(doc, half) for doc in docs]  # a token file is one document: the val.bin --keep_best cut
         note = check_tokens(name, docs, data_tokens, model_tokens, n)
         if note:
             print(note)

@@ -205,8 +205,11 @@ def main(given=()):
         check_decoding(order, model, speculate)
         vocab = checkpoint_vocab(checkpoint, model.config.vocab_size)
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
-        ids, known = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token,
-                                   trained_block(model, checkpoint))
+        ids, known, at = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token,
+                                       trained_block(model, checkpoint))
+        if at is not None:
+            fail(f'gen_ppl.py scores infills of a given length, and {mask_token} leaves it to the model: write '
+                 f'{mask_token[:-1]}:n{mask_token[-1]}')
         points = [(check_steps(s, known.count(False), order, speculate), t, p) for s, t, p in points]
         length = len(ids)
     score, scorer_tokens, context, scorer_weights = load_scorer(scorer, device, sides)

@@ -5,6 +5,7 @@ Sample from a trained AO-GPT with a KV cache, in any order, many tokens per step
     python sample.py --out_dir=out-shakespeare-char --order=l2r --start="ROMEO:"
     python sample.py --out_dir=out-shakespeare-char --order=confidence --steps=16
     python sample.py --out_dir=out-shakespeare-char --infill="ROMEO: [MASK:20] my lord, [MASK:20]."
+    python sample.py --out_dir=out-shakespeare-char --infill="ROMEO: [MASK] my lord"   # the model chooses the length
     python sample.py --out_dir=out-mdm-shakespeare-char --order=ancestral --steps=256   # the encoder, as MDLM
     python sample.py --out_dir=out-shakespeare-char --speculate=8       # one token per step's samples, fewer forwards
 
@@ -18,8 +19,11 @@ reveals every masked position with the same probability, so --steps may exceed t
 that reveals nothing costs nothing). speculate=k > 0 draws the samples of one token per step
 (random or l2r order) by any-subset speculative decoding: up to k tokens drafted at once, each kept
 or redrawn by an exact test, in fewer forwards (speculative.speculative; it prints them).
-start: a prefix (or FILE:path); infill: a template whose `mask_token` markers are generated ([MASK]
-is one token, [MASK:5] five) around the known text, each generated span printed between fill_marks.
+start: a prefix (or FILE:path); infill: a template whose `mask_token` markers are generated ([MASK:5] is
+five tokens) around the known text, each generated span printed between fill_marks. [MASK] alone is a gap whose
+length the model chooses (one a template), up to gap_cap tokens: AO-GPT from its likelihood of the text after the
+gap placed at each length (aogpt/infilling.py; gap_choice: a draw or the most likely), printed with its probability;
+a FIM GPT (train.py --fim_rate) writes the gap until its end token. The FIM GPT fills one gap, of either kind.
 init_from: 'resume' (out_dir/ckpt.pt), the path of a checkpoint (ours or the authors' format), a
 model folder (export.py's), a Hugging Face Hub file hf:owner/repo/path or model folder hf:owner/repo.
 Character-level checkpoints carry their vocabulary.
@@ -30,14 +34,15 @@ import itertools
 
 import torch
 
-from aogpt.checkpoints import token_count
+from aogpt.checkpoints import is_fim_gpt, token_count
 from aogpt.common import (autocast, check_settings, default_device, default_dtype, find_checkpoint, hold_freed_memory,
                           int_at_least, load_tokenizer, optional_int, read_checkpoint, trained_block)
 from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_sampling,
                             check_steps, decoding_order, prompt_tokens, sampling_options)
-from configurator import configure
+from configurator import configure, fail
 from aogpt.decoding import generate
 from aogpt.engine import compile_decoding
+from aogpt.infilling import fill_gap
 from aogpt.speculative import Speculation, speculation_k
 
 # -----------------------------------------------------------------------------
@@ -67,8 +72,11 @@ def main(given=()):
     check_decoding(order, model, speculate)
     block_size = model.config.block_size
     encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
-    ids, known = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token,
-                               trained_block(model, checkpoint))
+    ids, known, at = prompt_tokens(encode, block_size, start, infill, max_new_tokens, mask_token,
+                                   trained_block(model, checkpoint))
+    fim = bool(infill) and is_fim_gpt(checkpoint)
+    if at is not None or fim:
+        return fill_gaps(model, checkpoint, ids, known, at, fim, given, decode)
     n_steps = check_steps(steps, known.count(False), order, speculate)
 
     if compile:
@@ -86,6 +94,29 @@ def main(given=()):
         print('---------------')
     if speculate:
         print(stats)
+
+
+def fill_gaps(model, checkpoint, ids, known, at, fim, given, decode):
+    """sample.py for a gap of no given length, or any gap of a FIM GPT (infilling.fill_gap): each sample with its
+    gap's length, and for AO-GPT that length's probability."""
+    if speculate or steps is not None or (fim and 'order' in given):
+        fail('a gap of no given length, and any gap of a FIM GPT, is written one token a step' +
+             (' left to right: drop --order, --steps and --speculate' if fim else ': drop --steps and --speculate'))
+    if compile:
+        compile_decoding(model, dtype)
+    sampling, options = sampling_options(globals())
+    options = {k: v for k, v in options.items() if k != 'speculate'}
+    try:
+        with autocast(device, dtype):
+            fills = fill_gap(model, ids, known, at, num_samples, sampling, fim=fim, cap=gap_cap, choice=gap_choice,
+                             n_tokens=token_count(checkpoint, model.config.vocab_size),
+                             generator=torch.Generator(device).manual_seed(seed), **({} if fim else options))
+    except ValueError as e:
+        fail(e)
+    for row, row_known, length, p in fills:
+        print(f'gap of {length} tokens' + (f' (p={p:.3f})' if p is not None else ''))
+        print(marked(decode, row, row_known, fill_marks))
+        print('---------------')
 
 
 def marked(decode, row, known, marks):

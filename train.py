@@ -31,10 +31,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from aogpt.checkpoints import checkpoint_tokens, is_gpt2, save_checkpoint
 from aogpt.common import (autocast, check_vocab, check_writable, default_device, default_dtype, find_checkpoint,
                           peak_memory_mb, read_checkpoint, trained_block)
+from aogpt.fim import fim_batch, fim_vocab_size
 from aogpt.runs import (PREEMPTED, Preemption, append_metrics, benchmark_chunks, check_data, check_files, check_finite,
                         check_fit, check_model_settings, check_resume, check_run_settings, gap_eval_chunks, is_best,
-                        keep_best_note, parent_record, read_parent, run_files, run_order, start_metrics, start_mode,
-                        world_size_note)
+                        keep_best_note, metrics_record, parent_record, read_parent, run_files, run_order,
+                        start_metrics, start_mode, world_size_note)
 from aogpt.scoring import parse_gaps
 from aogpt.training import (check_orders, describe_losses, gap_losses, learning_rate_at, make_ema, mean_loss,
                             order_settings, shares_at, training_inputs, val_half)
@@ -79,6 +80,7 @@ order_stages = ''  # 'mixed': the shares in stages MIX@ITER/MIX@ITER/..., linear
 # a percentage of max_iters), e.g. 'l2r:0.5,fim:0.5@0/l2r:0.5,fim:0.5@33%/l2r:0.1,fim:0.4,random:0.5@67%' (replaces
 # order_mix and order_curriculum)
 fim_max_span = 0  # 'fim' orders: a span of 1..fim_max_span tokens (0: block_size) read after the rest
+fim_rate = 0.0  # order='l2r': a FIM GPT, the share of pieces rearranged for infilling (aogpt/fim.py; not fim orders)
 # model
 n_layer = 12
 n_head = 12
@@ -189,7 +191,8 @@ vocab_note = '' if init_from == 'scratch' else check_vocab(checkpoint_tokens(
     (data_vocab, data_size), dataset)
 if init_from == 'scratch':
     torch.manual_seed(seed)  # the same initial weights on every process and every run
-    model_args['vocab_size'] = GPTConfig.vocab_size if data_vocab == 'gpt2' else data_size  # GPT-2's table is padded
+    table = GPTConfig.vocab_size if data_vocab == 'gpt2' else data_size  # GPT-2's table is padded
+    model_args['vocab_size'] = fim_vocab_size(data_size, table) if fim_rate else table
     model = build_model(GPTConfig(**model_args))
 elif init_from != 'resume':
     check_model_settings(pretrained.config, overridden, False, init_path, free=('dropout', 'block_size'))
@@ -253,8 +256,8 @@ if ddp:  # no buffer to broadcast: the rotary tables are made from the config on
 
 
 # -----------------------------------------------------------------------------
-# batches: block_size tokens of the data, each row read in an order of the run's order mode (a
-# decoder) or seen through a random mask (the encoder); a batch is the model's arguments
+# batches: block_size tokens of the data, read in an order of the run's order mode (a decoder) or seen through a
+# random mask (the encoder); a batch is the model's arguments
 
 def model_inputs(x, order_mode, generator=None, shares=None, hide=0.0):
     """The model's arguments for the rows x, on the device (training.training_inputs); shares: a mixed run's; hide:
@@ -274,6 +277,8 @@ def get_batch(split, order_mode, generator=None, shares=None, hide=0.0):
         val_half(data, ('select' if split == 'select' else 'report') if keep_best else '')
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
     x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
+    if split == 'train' and fim_rate:  # a FIM GPT trains on rearranged windows, and is read on plain ones
+        x = fim_batch(x, fim_rate, data_size, generator)
     return model_inputs(x, order_mode, generator, shares, hide)
 
 
@@ -293,9 +298,9 @@ EVAL_LOGITS = 2**25  # logits held at once in an evaluation (128 MiB in float32)
 @torch.no_grad()
 def estimate_losses():
     """Mean EMA-weight loss on train and val (or val_dataset), with keep_best also on val.bin's selection half
-    ('select'), left-to-right and any-order (random orders; the encoder's NELBO, its left-to-right loss at one position
-    a row); a fixed-order run's also in its own order ('fixed', as the authors' ablation trainer), and the gaps
-    (gap_losses). None when a stop was asked before it ended (read between batches): it is not recorded."""
+    ('select'), left-to-right and any-order (random orders; the encoder's NELBO, its l2r loss at one position a row),
+    a fixed-order run's in its order ('fixed', as the authors' trainer), and the gaps (gap_losses). None when a stop
+    was asked before it ended (read between batches): it is not recorded."""
     generator = torch.Generator().manual_seed(seed)  # the same batches and orders every time
     fixed = None if fixed_order is None else fixed_order.to(device)
     out = {}
@@ -365,8 +370,7 @@ written_only = max_iters == 0 and init_from != 'resume' and not eval_only  # a c
 if written_only and master_process:
     save_checkpoint(checkpoint_now(0.0), ckpt_path)
     print(f'--max_iters=0: wrote the starting weights to {ckpt_path}, not evaluated (--eval_only evaluates them)')
-log_time, log_iter = time.time(), iter_num
-tokens_per_sec = 0.0
+log_time, log_iter, tokens_per_sec = time.time(), iter_num, 0.0
 train_loss = torch.zeros((), device=device)  # summed on the device between logs: no sync per step
 saved_at = iter_num if init_from == 'resume' else None  # the iteration out_dir/ckpt.pt holds
 while not written_only:
@@ -386,10 +390,7 @@ while not written_only:
         for name, value in losses.items():
             check_finite(f'EMA {name} loss', value, iter_num, ckpt_path, init_path, dtype)
         elapsed = round(time.time() - start_time, 2)
-        record = dict(iter=iter_num, epochs=round(epochs, 4), elapsed=elapsed, lr=lr,
-                      tokens_per_sec=round(tokens_per_sec, 1), **losses)
-        if iter_num == 0 and parent is not None:  # a new run's first record says what it started from
-            record['parent'] = parent['init_from']
+        record = metrics_record(iter_num, epochs, elapsed, lr, tokens_per_sec, losses, parent, fim_rate)
         append_metrics(metrics_path, record)
         evaluated_at = iter_num
         if wandb_log:
@@ -407,8 +408,7 @@ while not written_only:
     if eval_only or iter_num >= max_iters:
         break
 
-    # the batches, orders and dropout of an iteration depend only on (seed, rank, iteration), so a resumed run sees
-    # exactly what an uninterrupted one would
+    # an iteration's batches, orders and dropout hang on (seed, rank, iteration) alone: a resume sees what a run would
     torch.manual_seed(hash((seed, ddp_rank, iter_num)))
     shares = None if stages is None else shares_at(stages, iter_num)
     for micro_step in range(gradient_accumulation_steps):

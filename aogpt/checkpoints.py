@@ -21,6 +21,7 @@ import warnings
 import torch
 
 from model import GPTConfig, build_model
+from aogpt.fim import SENTINELS
 from aogpt.training import describe_orders
 
 GPT2_VOCAB = 50257  # GPT-2 BPE ids; models pad their tables up to 50304
@@ -29,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # what transformers runs (trust_remote_code): the network's, the decoding's and the scoring's own code, and the
 # readers of numbers and templates they share; paths in the repository, side by side in a folder
 FOLDER_CODE = ('model.py', 'configurator.py', 'aogpt/engine.py', 'aogpt/speculative.py', 'aogpt/decoding.py',
-               'aogpt/scoring.py', 'aogpt/modeling_ao_gpt.py')
+               'aogpt/scoring.py', 'aogpt/infilling.py', 'aogpt/fim.py', 'aogpt/modeling_ao_gpt.py')
 # generate()'s defaults for transformers: with no input it starts from the start slot, whose id follows the network's
 GENERATION_CONFIG = 'generation_config.json'
 TOKENIZER_FILES = ('vocab.json', 'merges.txt', 'tokenizer_config.json')  # for transformers' AutoTokenizer
@@ -417,8 +418,19 @@ def checkpoint_vocab(checkpoint, vocab_size):
 
 
 def token_count(checkpoint, vocab_size):
-    """How many ids of a checkpoint's vocabulary are tokens: GPT-2's 50257 of a padded 50304-row table."""
-    return GPT2_VOCAB if checkpoint_vocab(checkpoint, vocab_size) == 'gpt2' else vocab_size
+    """How many ids of a checkpoint's vocabulary are tokens: GPT-2's 50257 of a padded 50304-row table, a character
+    set's characters; the rest are padding or a FIM GPT's sentinels (fim.py)."""
+    vocab = checkpoint_vocab(checkpoint, vocab_size)
+    if vocab == 'gpt2':
+        return GPT2_VOCAB
+    if vocab is not None:
+        return len(vocab)
+    return vocab_size - len(SENTINELS) * is_fim_gpt(checkpoint)
+
+
+def is_fim_gpt(checkpoint):
+    """Whether a checkpoint is a FIM GPT (train.py --fim_rate): its table ends in the sentinels."""
+    return training_record(checkpoint)['config'].get('fim_rate', 0) > 0
 
 
 def checkpoint_tokens(checkpoint, vocab_size):

@@ -1,6 +1,6 @@
 """
 The code a model folder carries for Hugging Face transformers: export.py copies it, with model.py, configurator.py,
-engine.py, speculative.py, decoding.py and scoring.py, into every folder it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT
+engine.py, speculative.py, decoding.py, scoring.py, infilling.py and fim.py, into every folder it writes, and config.json's auto_map names its classes. Read left to right, AO-GPT
 and sigma-GPT are causal language models:
 
     from transformers import AutoModelForCausalLM
@@ -25,6 +25,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, MaskedLMOutput
 
 from .decoding import DECODING_RULES, check_order, decoding_steps, generate
 from .engine import Sampling
+from .infilling import fill_gap
 from .scoring import decoder_gap_logprobs, encoder_l2r_logprobs, order_logprobs
 from .speculative import speculation_k
 
@@ -37,6 +38,9 @@ except ImportError:  # the repository: they are at its root
 
 MAX_TOKENS = 32768  # slots per forward when scoring, as eval_ppl.py's max_tokens: it bounds memory
 NUM_SAMPLES_RULE = (lambda v: type(v) is int and v >= 1, 'an int >= 1')
+GAP_CHOICE_RULE = (lambda v: v in ('sample', 'mode'), "'sample' or 'mode'")
+# what infill() takes for a gap of no given length
+GAP_OPTIONS = {'num_samples', 'seed', 'temperature', 'top_k', 'top_p', 'top_p_mode', 'order'}
 
 
 class AOGPTConfig(PretrainedConfig):
@@ -168,6 +172,10 @@ class AOGPTPreTrainedModel(PreTrainedModel):
             raise ValueError(f'{len(input_ids)} positions to decode: this model reads 1 to '
                              f'{self.net.config.block_size} (its block)')
         check_inputs(input_ids, self.net.config.vocab_size)
+        n_tokens = self.config.n_tokens
+        if n_tokens and known.any() and int(input_ids[known].max()) >= n_tokens:
+            raise ValueError(f'a known id of {int(input_ids[known].max())}: ids from {n_tokens} on pad the table or '
+                             f'are a FIM GPT\'s sentinels, which infill() places itself: give tokens below {n_tokens}')
         steps = decoding_steps(steps, int((~known).sum()), order, speculate)
         x = input_ids.view(1, -1).repeat(num_samples, 1)
         x, _ = generate(self.net, x, known, steps,
@@ -176,11 +184,31 @@ class AOGPTPreTrainedModel(PreTrainedModel):
                         n_tokens=self.config.n_tokens, speculate=speculate)
         return x
 
-    def infill(self, template, tokenizer, mask_token='[MASK]', **options):
-        """The texts of sample()'s fills of a template (options: sample's): each mask_token in it is generated
-        ([MASK] one token, [MASK:5] five), the text around it given."""
-        ids, known = parse_infill(template, mask_token, lambda text: tokenizer.encode(text, add_special_tokens=False))
-        return tokenizer.batch_decode(self.sample(ids, known, **options), clean_up_tokenization_spaces=False)
+    def infill(self, template, tokenizer, mask_token='[MASK]', gap_cap=None, gap_choice='sample', **options):
+        """The texts of the fills of a template, as sample.py --infill fills it: each mask_token with a count
+        ([MASK:5]) is that many tokens, decoded by sample() (options: sample's); mask_token alone is a gap whose length
+        the model chooses (infilling.fill_gap: up to gap_cap tokens, AO-GPT's length drawn from its posterior, or its
+        most likely with gap_choice='mode'), and a FIM GPT writes its one gap until its end token. ValueError, in one
+        line, for what sample.py refuses."""
+        ids, known, at = parse_infill(template, mask_token,
+                                      lambda text: tokenizer.encode(text, add_special_tokens=False))
+        fim = (getattr(self.config, 'trained', None) or {}).get('config', {}).get('fim_rate', 0) > 0
+        if at is None and not fim:
+            return tokenizer.batch_decode(self.sample(ids, known, **options), clean_up_tokenization_spaces=False)
+        if not set(options) <= GAP_OPTIONS or (fim and 'order' in options):
+            raise ValueError(f"a gap of no given length, and any gap of a FIM GPT, is written one token a step: "
+                             f"options {', '.join(sorted(GAP_OPTIONS - {'order'} if fim else GAP_OPTIONS))} only")
+        settings = dict(num_samples=1, seed=1337, temperature=1.0, top_k=None, top_p=1.0, top_p_mode='nucleus',
+                        order='l2r' if fim else 'random') | options
+        rules = {k: rule for k, rule in DECODING_RULES.items() if k in GAP_OPTIONS}
+        check_rules(settings | dict(gap_choice=gap_choice),
+                    rules | {'num_samples': NUM_SAMPLES_RULE, 'gap_choice': GAP_CHOICE_RULE})
+        sampling = Sampling(settings['temperature'], settings['top_k'], settings['top_p'], settings['top_p_mode'])
+        fills = fill_gap(self.net, ids, known, at, settings['num_samples'], sampling, fim=fim,
+                         n_tokens=self.config.n_tokens, cap=gap_cap, choice=gap_choice,
+                         generator=torch.Generator(self.device).manual_seed(settings['seed']),
+                         **({} if fim else dict(order=settings['order'])))
+        return [tokenizer.decode(row, clean_up_tokenization_spaces=False) for row, _, _, _ in fills]
 
     @torch.no_grad()
     def log_likelihood(self, input_ids, orders=None):

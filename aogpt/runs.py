@@ -18,8 +18,9 @@ from aogpt.benchmarks import load_tokens, make_chunks, paper_chunks
 from aogpt.checkpoints import CheckpointError, gpt2_checkpoint, gpt2_missing, load_weights_only, training_record
 from aogpt.common import (above, at_least, between, check_device, check_settings, dataset_vocab, one_of,
                           read_checkpoint)
+from aogpt.fim import fim_vocab_size
 from aogpt.scoring import check_gap_sizes
-from aogpt.training import ORDER_MODES, make_fixed_order, run_stages, val_half
+from aogpt.training import MIX_EXAMPLE, ORDER_MODES, make_fixed_order, run_stages, val_half
 from configurator import fail, parse_number
 from model import ARCHITECTURES, GELUS, POSITION_ENCODINGS, TARGET_INJECTIONS, GPTConfig, build_model
 
@@ -27,7 +28,8 @@ INIT_MODES = ('scratch', 'resume', 'auto')
 INIT_ONLY = ('target_init_std', 'gate_init')  # shape only the initial weights, which a checkpoint replaces
 RESTART_FREE = ('out_dir', 'init_from', 'overwrite', 'eval_only')  # a run may take these on afresh when it goes on
 # what a resume never changes: its data (check_same_data) and its model (check_model_settings)
-RESUME_FIXED = ('train_tokens', 'keep_best', *(f.name for f in fields(GPTConfig) if f.name not in INIT_ONLY))
+RESUME_FIXED = ('train_tokens', 'keep_best', 'fim_rate',
+                *(f.name for f in fields(GPTConfig) if f.name not in INIT_ONLY))
 PREEMPTED = 75  # EX_TEMPFAIL: stopped by a signal with a checkpoint; the same command with --init_from=auto goes on
 VAL_SETS = ('wikitext2', 'wikitext103', 'ptb')  # the benchmark sets with a validation split
 SETTINGS_RULES = {  # train.py's settings, and what each must be
@@ -39,7 +41,7 @@ SETTINGS_RULES = {  # train.py's settings, and what each must be
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'input_mask': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'keep_best': (lambda v: v in ('', 'l2r', 'ao'), "'' (no best checkpoint), 'l2r' or 'ao'"),
-    'random_ratio': between(0, 1), 'ema_decay': between(0, 1),
+    'random_ratio': between(0, 1), 'ema_decay': between(0, 1), 'fim_rate': between(0, 1),
     'target_init_std': above(0),
     # adaLN's gate multiplies its block's output (no sigmoid; model.AdaLNBlock): 0 shuts the block, 1 opens it.
     # A start past ±10 has no use, and a huge one overflows float16 (max 65504): NaN before the first step
@@ -64,6 +66,11 @@ def check_run_settings(config):
         GPTConfig(**{f.name: config[f.name] for f in fields(GPTConfig) if f.name in config})
     except ValueError as e:
         fail(e)
+    if config['fim_rate'] and config['architecture'] == 'encoder':
+        fail('--fim_rate trains a FIM GPT, a left-to-right decoder, and --architecture=encoder is not one: drop one')
+    if config['fim_rate'] and config['order'] != 'l2r':
+        fail(f"--fim_rate trains a FIM GPT, a left-to-right GPT on rearranged windows: add --order=l2r (got "
+             f"--order={config['order']}), or drop --fim_rate (AO-GPT's own fim orders: --order_mix={MIX_EXAMPLE})")
     if config['order_file'] and config['order'] != 'fixed_random':
         fail(f"--order_file gives the one order of a fixed-order run: add --order=fixed_random "
              f"(got --order={config['order']})")
@@ -127,7 +134,7 @@ def run_order(checkpoint, order_file, config, path):
 def check_same_data(saved, config, stages, path):
     """A resumed run goes on with the tokens, the selection and the order stages it started with (an older checkpoint
     records none of the first two: all of train.bin, no best kept)."""
-    for key, default in (('train_tokens', 0), ('keep_best', '')):
+    for key, default in (('train_tokens', 0), ('keep_best', ''), ('fim_rate', 0.0)):
         if saved.get(key, default) != config[key]:
             fail(f"--{key}={config[key]!r} is not the run's ({saved.get(key, default)!r} in {path}): resume "
                  f"with --{key}={saved.get(key, default)!r}, or start a new out_dir")
@@ -332,6 +339,8 @@ def check_fit(model_config, config, trained, resume, data_size, gap_settings):
     """What the settings must fit once the model is known (its own, or its checkpoint's): the encoder's objective,
     the block it trained on (`trained`), the vocabulary, the FIM spans and the gaps."""
     block_size, order = config['block_size'], config['order']
+    if model_config.is_encoder and config['fim_rate']:
+        fail('--fim_rate trains a FIM GPT, a left-to-right decoder; this checkpoint is an encoder: drop --fim_rate')
     if model_config.is_encoder and (order not in ('mixed', 'random') or config['order_file']):
         fail(f'the encoder trains on random masks (its NELBO), not in an order: drop --order={order} and --order_file')
     if model_config.is_encoder and config['input_mask']:
@@ -339,8 +348,10 @@ def check_fit(model_config, config, trained, resume, data_size, gap_settings):
     if block_size > model_config.block_size or (resume and block_size != trained):
         fail(f'--block_size={block_size} does not fit the checkpoint (block_size {trained}): use '
              f'--block_size={trained}' + ('' if resume else ' or less'))
-    if model_config.vocab_size < data_size:  # GPT-2's converted table is not padded (checkpoints.gpt2_checkpoint)
-        fail(f"the model has {model_config.vocab_size} tokens but {config['dataset']} needs {data_size}")
+    needed = fim_vocab_size(data_size, 0) if config['fim_rate'] else data_size
+    if model_config.vocab_size < needed:  # GPT-2's converted table is not padded (checkpoints.gpt2_checkpoint)
+        fail(f"the model has {model_config.vocab_size} tokens but {config['dataset']} needs {needed}" +
+             (" with --fim_rate's sentinels: start the FIM GPT from scratch" if needed > data_size else ''))
     if config['fim_max_span'] > block_size:
         fail(f"--fim_max_span={config['fim_max_span']} is longer than the block (--block_size={block_size}): use at "
              f'most {block_size}, or 0 for any length')
@@ -399,6 +410,18 @@ def check_finite(what, value, iter_num, ckpt_path, init_path, dtype):
     else:
         cause = 'try a lower learning_rate, or dtype=bfloat16 instead of float16'
     fail(f'{what} is {value} at iter {iter_num}; stopped without saving, {kept} ({cause})')
+
+
+def metrics_record(iter_num, epochs, elapsed, lr, tokens_per_sec, losses, parent, fim_rate):
+    """One evaluation's line of metrics.jsonl; a new run's first also says what it started from and, for a FIM GPT,
+    its rate."""
+    record = dict(iter=iter_num, epochs=round(epochs, 4), elapsed=elapsed, lr=lr,
+                  tokens_per_sec=round(tokens_per_sec, 1), **losses)
+    if iter_num == 0 and parent is not None:
+        record['parent'] = parent['init_from']
+    if iter_num == 0 and fim_rate:
+        record['fim_rate'] = fim_rate
+    return record
 
 
 def append_metrics(path, record):

@@ -20,8 +20,10 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
     out_dir='out-shakespeare-char',
     use_ema=True,  # the EMA weights, as evaluated during training (the raw ones if there are none)
     start='',  # a prefix, or FILE:path to read it from
-    infill='',  # a template such as "The [MASK] sat on the [MASK:5]."; not with start
+    infill='',  # a template such as "The [MASK:3] sat on the [MASK]." ([MASK]: a gap whose length the model chooses)
     mask_token='[MASK]',
+    gap_cap=None,  # [MASK] without a length: the longest gap tried (None: all the block leaves room for)
+    gap_choice='sample',  # AO-GPT's length for [MASK]: drawn from its posterior ('sample'), or its most likely ('mode')
     max_new_tokens=None,  # tokens after start; None fills the block the run trained on (trained_block)
     steps=None,  # decoding steps; None: one token per step
     schedule='linear',  # 'linear' or 'cosine'
@@ -42,7 +44,8 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
 
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
     **{k: DECODING_RULES[k] for k in ('order', 'confidence', 'schedule', 'top_k', 'top_p_mode', 'speculate')},
-    'sample_dtype': one_of(*SAMPLE_DTYPES), 'max_new_tokens': optional_int(1),
+    'sample_dtype': one_of(*SAMPLE_DTYPES), 'max_new_tokens': optional_int(1), 'gap_cap': optional_int(1),
+    'gap_choice': one_of('sample', 'mode'),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
 }
 
@@ -81,16 +84,18 @@ def parse_list(key, text, cast, rule):
 
 
 def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, mask_token='[MASK]', trained=None):
-    """The ids of one sample and which of them are known, from an infill template or a start prefix. Without
-    max_new_tokens a sample fills the block the model trained on (trained_block; None: block_size)."""
+    """The ids of one sample, which of them are known, and where a gap of no given length goes (an index of ids, or
+    None), from an infill template or a start prefix. Without max_new_tokens a sample fills the block the model
+    trained on (trained_block; None: block_size)."""
     if infill:
         try:
-            ids, known = parse_infill(infill, mask_token, encode)
+            ids, known, at = parse_infill(infill, mask_token, encode)
         except ValueError as e:
             fail(str(e))
-        if len(ids) > block_size:
-            fail(f'the infill template is {len(ids)} tokens long, more than block_size {block_size}')
-        return ids, known
+        if len(ids) + (at is not None) > block_size:
+            fail(f'the infill template is {len(ids)} tokens long{" and a gap" if at is not None else ""}, more than '
+                 f'block_size {block_size}')
+        return ids, known, at
     text = start
     if text.startswith('FILE:'):
         try:
@@ -112,7 +117,7 @@ def prompt_tokens(encode, block_size, start='', infill='', max_new_tokens=None, 
     new = block_size - len(prefix) if max_new_tokens is None else max_new_tokens
     if len(prefix) + new > block_size:
         fail(f'the output would be {len(prefix)} + {new} tokens, longer than block_size {block_size}')
-    return prefix + [0] * new, [True] * len(prefix) + [False] * new
+    return prefix + [0] * new, [True] * len(prefix) + [False] * new, None
 
 
 def check_steps(steps, n, order='random', speculate=0, flag='--{}'):

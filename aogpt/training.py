@@ -220,6 +220,8 @@ def describe_orders(config):
     """A run's training orders in words, e.g. '10% l2r, 40% fim, 50% random' (model cards, sample.py)."""
     if config.get('architecture') == 'encoder':
         return 'random masks (the NELBO)'
+    if config.get('fim_rate'):
+        return f"l2r on windows rearranged at FIM rate {config['fim_rate']:g} (PSM and SPM, half each): a FIM GPT"
     stages = run_stages(config)
     if stages is None:
         return config.get('order', 'mixed')

@@ -254,6 +254,14 @@ def char_ckpt(workdir):
 
 
 @pytest.fixture(scope='session')
+def fim_ckpt(workdir):
+    """out_dir of a tiny FIM GPT (train.py --fim_rate=0.5) trained briefly on data/shakespeare_char."""
+    train(workdir, 'out-fim-gpt', '--order=l2r', '--fim_rate=0.5', '--max_iters=20', '--eval_interval=20',
+          '--learning_rate=3e-3')
+    return 'out-fim-gpt'
+
+
+@pytest.fixture(scope='session')
 def char_ckpt_by_positions(workdir, char_ckpt):
     """position_encoding -> out_dir of a tiny char-level decoder trained as char_ckpt with that encoding, made on
     first use: 'learned' is char_ckpt's run."""

@@ -120,7 +120,7 @@ def test_a_folder_gives_its_checkpoints_logits_and_samples(workdir, request, kin
     start = [] if kind == 'mdm_ckpt' else ['generation_config.json']  # a decoder's start id
     assert sorted(p.name for p in (workdir / folder).iterdir()) == sorted(
         ['README.md', 'config.json', 'configurator.py', 'decoding.py', 'engine.py', 'model.py', 'model.safetensors',
-         'modeling_ao_gpt.py', 'scoring.py', 'speculative.py']
+         'fim.py', 'infilling.py', 'modeling_ao_gpt.py', 'scoring.py', 'speculative.py']
         + tokenizer + start)
     ckpt, stored = load_checkpoint(workdir / out_dir / 'ckpt.pt')
     model, config = load_checkpoint(workdir / folder)
@@ -168,7 +168,7 @@ def test_a_hub_model_folder_is_read_by_its_repo_name(workdir, char_ckpt, monkeyp
     local = run_here_output(workdir, 'sample.py', '--init_from=hub-folder', '--num_samples=1', '--device=cpu')
     assert asked == [('owner/ao-gpt', ['config.json', 'model.safetensors', 'README.md', 'generation_config.json',
                                        'model.py', 'configurator.py', 'engine.py', 'speculative.py', 'decoding.py',
-                                       'scoring.py', 'modeling_ao_gpt.py', 'vocab.json',
+                                       'scoring.py', 'infilling.py', 'fim.py', 'modeling_ao_gpt.py', 'vocab.json',
                                        'merges.txt', 'tokenizer_config.json'])]
     assert samples(out) == samples(local) and samples(out)
 
@@ -393,10 +393,11 @@ torch.save(out, sys.argv[3])
 '''
 DECODINGS = {  # (template, the options of model.sample): the orders, the schedules, speculation, templates
     'decoder': [('', dict(num_samples=2, seed=3)), ('', dict(num_samples=2, order='l2r', steps=10, schedule='cosine')),
-                ('ROMEO: [MASK:6] my [MASK].', dict(num_samples=2, order='confidence', steps=3, temperature=0.8)),
+                ('ROMEO: [MASK:6] my [MASK:1].', dict(num_samples=2, order='confidence', steps=3, temperature=0.8)),
+                ('ROMEO: [MASK] my lord', dict(num_samples=3, seed=4, temperature=0.9)),
                 ('', dict(num_samples=3, speculate=4, seed=5, top_k=10))],
     'encoder': [('', dict(num_samples=2, order='ancestral', steps=40)),
-                ('ROMEO: [MASK:6] my [MASK].', dict(num_samples=2, order='confidence', steps=3, top_p=0.9))],
+                ('ROMEO: [MASK:6] my [MASK:1].', dict(num_samples=2, order='confidence', steps=3, top_p=0.9))],
 }
 SCORED = dict(x=torch.randint(0, 60, (2, 24), generator=torch.Generator().manual_seed(0)),
               orders=torch.stack([torch.arange(24), torch.arange(24).flip(0),
@@ -431,8 +432,9 @@ def test_a_folders_any_order_methods_draw_sample_pys_tokens(workdir, any_order_m
         for texts, (template, options) in zip(got['texts'], calls[folder], strict=True):
             flags = [f'--{k}={v}' for k, v in options.items()] + \
                 ([f'--infill={template}', '--fill_marks='] if template else [])
-            expected = samples(run_script('sample.py', f'--init_from={folder}', '--device=cpu', *flags,
-                                          cwd=workdir).stdout)
+            expected = [text.split('\n', 1)[1] if text.startswith('gap of ') else text  # the length's line
+                        for text in samples(run_script('sample.py', f'--init_from={folder}', '--device=cpu', *flags,
+                                                       cwd=workdir).stdout)]
             assert texts == expected and len(set(texts)) > 1, (folder, template, options)
 
 
@@ -484,6 +486,10 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
     (lambda m, x, t: m.infill('ab [MASK:100] c', t), '105 positions to decode: this model reads 1 to 8'),
     (lambda m, x, t: m.infill('a [MASK:\u0665] b [MASK:0]', t), '[MASK:\u0665], [MASK:0] in the infill template'),
     (lambda m, x, t: m.infill('a@ [MASK] \u00e9', t), "'@', '\u00e9': not among the 11 characters"),
+    (lambda m, x, t: m.infill('a [MASK] b', t, gap_cap=0), 'gap_cap=0: the longest gap tried is an int from 1'),
+    (lambda m, x, t: m.infill('a [MASK] b', t, gap_cap=5), 'from 1 to the 4 tokens the template of 4 leaves'),
+    (lambda m, x, t: m.infill('a [MASK] b', t, steps=2), 'written one token a step'),
+    (lambda m, x, t: m.infill('a [MASK] b', t, gap_choice='best'), "gap_choice must be 'sample' or 'mode'"),
     (lambda m, x, t: m(x[:, :0]), 'input_ids of shape (2, 0) holds no tokens'),
     (lambda m, x, t: m.generate(x[:, :0], max_new_tokens=2), 'holds no tokens'),
     (lambda m, x, t: m(x, attention_mask=torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])), 'pad on the left'),

@@ -99,6 +99,10 @@ TRAIN = [
     (['--random_ratio=1.5'], ('--random_ratio', '[0, 1]')),
     (['--order_mix=l2r:0.5,random:0.4'], ('--order_mix', 'sum to 1', 'got 0.9')),
     (['--order_mix=l2r:-0.5,random:1.5'], ('--order_mix', 'share of l2r', '[0, 1]', 'got -0.5')),
+    (['--fim_rate=0.5'], ('--fim_rate', 'add --order=l2r', 'got --order=mixed', 'drop --fim_rate')),
+    (['--fim_rate=0.5', '--architecture=encoder', '--order=random'], ('--fim_rate', '--architecture=encoder')),
+    (['--fim_rate=2', '--order=l2r'], ('--fim_rate', 'in [0, 1]', 'got 2')),
+    (['--fim_rate=\u0665', '--order=l2r'], ('--fim_rate',)),
     (['--order_mix=l2r:0.5,sideways:0.5'], ('--order_mix', "'sideways' is not an order family", 'random, l2r, fim')),
     (['--order_mix=l2r:half,random:0.5'], ('--order_mix', 'share of l2r must be a number', "'half'")),
     (['--order_mix=l2r:0.5,random:0.5', '--random_ratio=0.5'],
@@ -235,7 +239,35 @@ SAMPLE = [
     (['--infill=a[MASK:40]'], ('the infill template is 41 tokens long',)),
     (['--infill=a [MASK:\u0665] b [MASK:0] c'], ('[MASK:\u0665], [MASK:0] in the infill template', 'digits 0-9')),
     (['--infill=ROMEO@ [MASK:5] my lord \u00e9.'], ('not in the vocabulary', "'@', '\u00e9'")),
+    (['--infill=a [MASK] b [MASK] c'], ('2 gaps of no given length', 'as [MASK:5]')),
+    (['--infill=ROMEO: [MASK] lord', '--gap_cap=0'], ('--gap_cap', 'None or an int >= 1')),
+    (['--infill=ROMEO: [MASK] lord', '--gap_cap=21'], ('gap_cap=21', 'from 1 to the 20 tokens', 'block_size 32')),
+    (['--infill=ROMEO: [MASK] lord', '--gap_cap=\u0665'], ('--gap_cap',)),
+    (['--infill=ROMEO: [MASK] lord', '--gap_choice=best'], ('--gap_choice', 'sample, mode')),
+    (['--infill=ROMEO: [MASK] lord', '--steps=2'], ('no given length', 'drop --steps')),
+    (['--infill=ROMEO: [MASK] lord', '--speculate=2'], ('no given length', 'drop --steps and --speculate')),
+    (['--infill=' + 'x' * 32 + '[MASK]'], ('32 tokens long and a gap', 'block_size 32')),
 ]
+
+FIM_SAMPLE = [
+    (['--infill=a [MASK:2] b [MASK:3] c'], ('FIM GPT fills one gap', 'one [MASK]')),
+    (['--infill=a [MASK] b [MASK:3] c'], ('FIM GPT fills one gap',)),
+    (['--infill=ROMEO: [MASK] lord', '--order=random'], ('FIM GPT', 'drop --order')),
+    (['--infill=ROMEO: [MASK] lord', '--gap_cap=18'], ('gap_cap=18', 'the 17 tokens', "3 sentinels")),
+]
+
+
+@pytest.mark.parametrize('args,parts', FIM_SAMPLE)
+def test_a_fim_gpts_bad_gaps_are_one_line(workdir, fim_ckpt, args, parts):
+    says(one_line_error('sample.py', f'--out_dir={fim_ckpt}', '--device=cpu', *args, cwd=workdir), *parts)
+
+
+def test_the_encoder_and_gen_ppl_refuse_a_gap_of_no_length_in_one_line(workdir, char_ckpt, mdm_ckpt):
+    says(one_line_error('sample.py', f'--out_dir={mdm_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
+                        cwd=workdir), 'the encoder fills a gap of a given length', '[MASK:n]')
+    says(one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
+                        f'--scorer={char_ckpt}/ckpt.pt', cwd=workdir), 'gen_ppl.py scores infills of a given length',
+         '[MASK:n]')
 
 
 @pytest.mark.parametrize('args,parts', SAMPLE)
@@ -522,6 +554,7 @@ def test_bad_starts_from_gpt2_are_one_line_and_keep_the_checkpoint(workdir, bpe_
 
 @pytest.mark.parametrize('args, parts', [
     (['--init_from=out-mdm/ckpt.pt', '--order_mix=l2r:0.5,fim:0.5'], ('encoder', 'drop --order_mix')),
+    (['--init_from=out-mdm/ckpt.pt', '--order=l2r', '--fim_rate=0.5'], ('--fim_rate', 'an encoder')),
     (['--init_from=out-mdm/ckpt.pt', '--architecture=decoder'], ('--architecture=decoder', 'architecture=encoder')),
     (['--init_from=out-char/ckpt.pt', '--block_size=64'], ('--block_size=64', 'block_size 32', 'or less')),
 ])

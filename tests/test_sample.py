@@ -240,10 +240,10 @@ def test_greedy_l2r_equals_argmax_of_full_forwards():
 
 def test_parse_infill():
     encode = lambda text: [ord(c) for c in text]
-    ids, known = parse_infill('ab[MASK]c[MASK:3]', '[MASK]', encode)
-    assert ids == [97, 98, 0, 99, 0, 0, 0] and known == [True, True, False, True, False, False, False]
-    ids, known = parse_infill('<m:2>x', '<m>', encode)
-    assert ids == [0, 0, 120] and known == [False, False, True]
+    ids, known, at = parse_infill('ab[MASK:1]c[MASK:3]', '[MASK]', encode)
+    assert ids == [97, 98, 0, 99, 0, 0, 0] and known == [True, True, False, True, False, False, False] and at is None
+    ids, known, at = parse_infill('<m:2>x<m>', '<m>', encode)
+    assert ids == [0, 0, 120] and known == [False, False, True] and at == 3
     with pytest.raises(ValueError, match='no \\[MASK\\] marker'):
         parse_infill('no markers here', '[MASK]', encode)
     for bad in ('[MASK:0]', '[MASK:-3]', '[MASK:2.5]', '[MASK:x]', '[MASK:]'):  # the bad count is named

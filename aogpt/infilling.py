@@ -1,0 +1,212 @@
+"""
+A gap whose length is not given ([MASK] in a template, configurator.parse_infill). AO-GPT reads each length's
+probability from its own likelihood: p(L | the known tokens) is proportional to the probability of the tokens after
+the gap, placed L positions on, given those before it, with every known token at its true position; it then fills the
+gap at a length drawn from that (or the most likely). The FIM GPT (fim.py) writes the middle until its end token.
+Both take the range of lengths as given: lengths lo..hi, the end token never before lo and always at hi.
+"""
+import math
+
+import torch
+
+from .decoding import generate
+from .engine import KVCache, cache_place, make_engine, sample_tokens
+from .fim import fim_prompt, sentinel_ids
+
+SLOTS_PER_PASS = 32768  # candidate rows x slots of one forward of the posterior: its memory, whatever the lengths
+
+
+def placed(ids, known, at, length):
+    """The template (lists) with a gap of `length` unknown tokens inserted at index `at`."""
+    return ids[:at] + [0] * length + ids[at:], known[:at] + [False] * length + known[at:]
+
+
+def check_lengths(model, ids, at, lengths):
+    """ValueError unless every candidate length puts the template's tokens inside the block."""
+    block = model.config.block_size
+    if model.config.is_encoder:
+        raise ValueError('a gap without a length needs a decoder, whose likelihood gives each length its '
+                         'probability; the encoder fills a gap of a given length: write it as [MASK:n]')
+    if not lengths or min(lengths) < 1 or len(ids) + max(lengths) > block:
+        raise ValueError(f'a gap of up to {max(lengths, default=0)} tokens in a template of {len(ids)} known tokens '
+                         f'does not fit block_size {block}: the cap is at most {block - len(ids)}')
+
+
+@torch.no_grad()
+def length_logprobs(model, ids, known, at, lengths, n_tokens=None):
+    """log p(L | the known tokens) (len(lengths),), float64, normalised over lengths: for each L the log-likelihood of the
+    known tokens after index `at`, placed L positions on, read left to right after the known tokens before `at`, also
+    left to right; unknown positions elsewhere are left out of the order (a decoder's joint over a subset of positions
+    is its marginal). One pass: the slots before the gap's last known token are read once and their cache shared by
+    every candidate, in batches of SLOTS_PER_PASS slots."""
+    check_lengths(model, ids, at, lengths)
+    device = next(model.parameters()).device
+    x = torch.tensor(ids, device=device)
+    before = [-1] + [i for i in range(at) if known[i]]  # the start slot first
+    after = [i for i in range(at, len(ids)) if known[i]]
+    shared = KVCache(model.config, 1, len(before), *cache_place(model))
+    if len(before) > 1:  # every slot but the last: its target, the first token after the gap, moves with L
+        pos = torch.tensor([before[:-1]], device=device)
+        model.forward_slots(x[pos.clamp(min=0)], pos, torch.tensor([before[1:]], device=device), shared,
+                            out_slots=torch.zeros(1, 1, dtype=torch.long, device=device))
+        shared.commit(len(before) - 1)
+    if not after:  # nothing after the gap says how long it is
+        return torch.full((len(lengths),), -math.log(len(lengths)), dtype=torch.float64, device=device)
+    rows = max(1, SLOTS_PER_PASS // (len(after) + 1))
+    scores = [suffix_logprobs(model, x, shared, before[-1], after, lengths[i:i + rows], n_tokens)
+              for i in range(0, len(lengths), rows)]
+    return torch.cat(scores).double().log_softmax(0)
+
+
+def suffix_logprobs(model, x, shared, last, after, lengths, n_tokens):
+    """log p(the tokens at `after`, moved L on | the shared slots and the token at `last`) for each L of lengths."""
+    B, device = len(lengths), x.device
+    cache = KVCache(model.config, B, shared.slots + len(after), *cache_place(model))
+    n = int(shared.lengths[0])
+    for mine, theirs in zip(cache.k + cache.v, shared.k + shared.v):
+        mine[:, :, :n] = theirs[:, :, :n]
+    cache.lengths.fill_(n)
+    shift = torch.tensor(lengths, device=device).unsqueeze(1)
+    moved = torch.tensor(after, device=device) + shift  # (B, S): where each known token after the gap sits
+    positions = torch.cat([torch.full((B, 1), last, device=device), moved[:, :-1]], 1)
+    tokens = x[torch.tensor([last] + after[:-1], device=device).clamp(min=0)].expand(B, -1)
+    logits = model.forward_slots(tokens, positions, moved, cache)[..., :n_tokens].float()
+    return logits.log_softmax(-1).gather(2, x[after].expand(B, -1).unsqueeze(-1)).sum((1, 2))
+
+
+def choose_lengths(logprobs, lengths, count, choice, generator=None):
+    """count lengths: drawn from the posterior ('sample') or its most likely ('mode'), with their probabilities."""
+    probs = logprobs.exp()
+    picks = probs.argmax().expand(count) if choice == 'mode' else \
+        torch.multinomial(probs, count, replacement=True, generator=generator)
+    return [(lengths[i], float(probs[i])) for i in picks.tolist()]
+
+
+@torch.no_grad()
+def infill_unknown(model, ids, known, at, lengths, count, choice='sample', generator=None, n_tokens=None, **options):
+    """count fills of a template whose gap at index `at` has no length: [(ids, known, L, p(L))], a length drawn (or
+    the most likely) from length_logprobs, then the gap filled at that length by decoding.generate with options."""
+    device = next(model.parameters()).device
+    chosen = choose_lengths(length_logprobs(model, ids, known, at, lengths, n_tokens), lengths, count, choice,
+                            generator)
+    out = [None] * count
+    for L in sorted({L for L, _ in chosen}):
+        rows = [i for i, (length, _) in enumerate(chosen) if length == L]
+        row_ids, row_known = placed(ids, known, at, L)
+        x = torch.tensor(row_ids, device=device).repeat(len(rows), 1)
+        mask = torch.tensor(row_known, device=device)
+        x, _ = generate(model, x, mask, int((~mask).sum()), generator=generator, n_tokens=n_tokens, **options)
+        for i, row in zip(rows, x.tolist()):
+            out[i] = (row, row_known, L, chosen[i][1])
+    return out
+
+
+@torch.no_grad()
+def fim_fill(model, prefix, suffix, n_tokens, lo, hi, count, sampling, generator=None):
+    """count middles from the FIM GPT, [tokens], each written after its PSM prompt until the end token, which is
+    forbidden before lo tokens and taken at hi (lo = hi: a middle of exactly that many tokens). Tokens are drawn from
+    the real tokens and the end token only (renormalised), by `sampling`."""
+    device = next(model.parameters()).device
+    end = sentinel_ids(n_tokens)['end']
+    prompt = fim_prompt(prefix, suffix, sentinel_ids(n_tokens))
+    if len(prompt) + hi > model.config.block_size:
+        raise ValueError(f'a middle of up to {hi} tokens after a FIM prompt of {len(prompt)} (the sides and 3 '
+                         f'sentinels) does not fit block_size {model.config.block_size}: the cap is at most '
+                         f'{model.config.block_size - len(prompt)}')
+    engine = make_engine(model, count, len(prompt) + hi)
+    tokens = torch.tensor([0] + prompt, device=device).expand(count, -1)
+    positions = torch.arange(-1, len(prompt), device=device).expand(count, -1)
+    written = torch.zeros(count, 0, dtype=torch.long, device=device)
+    ended = torch.zeros(count, dtype=torch.bool, device=device)
+    for t in range(hi):
+        target = torch.full((count, 1), len(prompt) + t, device=device)
+        logits = engine.step(tokens, positions, target)[:, 0]
+        choices = torch.cat([logits[:, :n_tokens], logits[:, end:end + 1]], 1)
+        if t < lo:
+            choices[:, -1] = -torch.inf
+        pick = sample_tokens(choices, sampling, generator)
+        token = torch.where(pick == n_tokens, end, pick)
+        engine.accept()
+        ended |= token == end
+        written = torch.cat([written, torch.where(ended, end, token).unsqueeze(1)], 1)
+        if bool(ended.all()):
+            break
+        tokens, positions = token.unsqueeze(1), target
+    return [[t for t in row if t != end] for row in written.tolist()]
+
+
+def fim_sides(ids, known, at):
+    """(prefix, suffix, lo, hi or None) of the template's one gap as the FIM GPT fills it: the gap of no length at
+    `at` (lengths from 1), or its one masked span (exactly its length). ValueError for any other template."""
+    unknown = [i for i, k in enumerate(known) if not k]
+    if at is not None and not unknown:
+        return ids[:at], ids[at:], 1, None
+    if at is None and unknown and unknown == list(range(unknown[0], unknown[-1] + 1)):
+        return ids[:unknown[0]], ids[unknown[-1] + 1:], len(unknown), len(unknown)
+    raise ValueError('the FIM GPT fills one gap between a prefix and a suffix: give a template with one [MASK] (or '
+                     'one [MASK:n]) and known text around it')
+
+
+def gap_room(model, ids, fim):
+    """The longest gap a template of len(ids) tokens leaves room for: the block's rest (the FIM GPT's prompt also
+    holds 3 sentinels)."""
+    return model.config.block_size - len(ids) - 3 * fim
+
+
+def fill_gap(model, ids, known, at, count, sampling, *, fim=False, n_tokens=None, cap=None, choice='sample',
+             generator=None, **options):
+    """count fills of a template with a gap of no given length at `at` (cap: the longest tried, None: gap_room), or
+    for the FIM GPT (fim) one gap of any kind: [(ids, known, L, p(L) or None)], the FIM GPT's with no probability."""
+    room = gap_room(model, ids, fim)
+    if room < 1:
+        raise ValueError(f'the template of {len(ids)} tokens leaves no room for a gap in block_size '
+                         f'{model.config.block_size}' + (" (with the FIM GPT's 3 sentinels)" if fim else ''))
+    if cap is not None and not (type(cap) is int and 1 <= cap <= room):
+        raise ValueError(f'gap_cap={cap!r}: the longest gap tried is an int from 1 to the {room} tokens the template '
+                         f'of {len(ids)} leaves in block_size {model.config.block_size}' +
+                         (" (with the FIM GPT's 3 sentinels)" if fim else ''))
+    cap = room if cap is None else cap
+    if not fim:
+        check_lengths(model, ids, at, list(range(1, cap + 1)))
+        return infill_unknown(model, ids, known, at, list(range(1, cap + 1)), count, choice, generator, n_tokens,
+                              sampling=sampling, **options)
+    prefix, suffix, lo, hi = fim_sides(ids, known, at)
+    middles = fim_fill(model, prefix, suffix, n_tokens, lo, hi or cap, count, sampling, generator)
+    return [(prefix + m + suffix, [True] * len(prefix) + [False] * len(m) + [True] * len(suffix), len(m), None)
+            for m in middles]
+
+
+@torch.no_grad()
+def fim_logprobs(model, gaps, n_tokens, lo, hi, batch_size=64):
+    """log p(middle | prefix, suffix) under the FIM GPT for each (prefix, middle, suffix) of gaps, its length known
+    to lie in lo..hi, as fim_fill draws it: each middle token from the real tokens and the end token renormalised (the
+    end token left out before lo tokens), then the end token (taken for sure at hi). lo = hi = len(middle): the length
+    given, the end token masked out at each step. Rows of one length share a forward: (len(gaps),), float64."""
+    device = next(model.parameters()).device
+    ids = sentinel_ids(n_tokens)
+    out = torch.empty(len(gaps), dtype=torch.float64)
+    rows = [fim_prompt(p, s, ids) + m + [ids['end']] for p, m, s in gaps]
+    by_length = {}
+    for i, row in enumerate(rows):
+        by_length.setdefault(len(row), []).append(i)
+    for length, members in by_length.items():
+        for batch in [members[j:j + batch_size] for j in range(0, len(members), batch_size)]:
+            x = torch.tensor([rows[i] for i in batch], device=device)
+            logits, _ = model(x, torch.arange(length, device=device).expand(len(batch), -1))
+            for r, i in enumerate(batch):
+                out[i] = middle_logprob(logits[r], rows[i], len(gaps[i][1]), n_tokens, lo, hi)
+    return out
+
+
+def middle_logprob(logits, row, L, n_tokens, lo, hi):
+    """The sum over a FIM row's middle and end token of log p(token) among the real tokens and the end token (the
+    end left out before lo; the end at hi scored as sure): logits (len(row), V) of the row read left to right."""
+    end = sentinel_ids(n_tokens)['end']
+    start = len(row) - L - 1  # the middle's first token
+    steps = logits[start:len(row)].float()  # slot j predicts token j (slot 0: the start slot)
+    choices = torch.cat([steps[:, :n_tokens], steps[:, end:end + 1]], 1)
+    choices[:min(lo, L + 1), -1] = -torch.inf
+    logp = choices.log_softmax(-1).double()
+    targets = [t if t != end else n_tokens for t in row[start:]]
+    total = sum(float(logp[j, t]) for j, t in enumerate(targets[:L]))
+    return total + (0.0 if L >= hi else float(logp[L, n_tokens]))
