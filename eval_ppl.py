@@ -71,13 +71,16 @@ import time
 import torch
 
 from aogpt.benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks, token_file
-from aogpt.checkpoints import checkpoint_tokens, training_record
+from aogpt.checkpoints import checkpoint_tokens, is_fim_gpt, training_record
 from aogpt.common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, find_checkpoint,
                           one_of, print_table, read_checkpoint, trained_block, write_json)
 from aogpt.scorers import is_hf_model, load_hf_causal_lm
 from configurator import fail
 from configurator import configure
 from aogpt.engine import compile_forward
+from aogpt.engine import Sampling
+from aogpt.infilling import (fill_scores, fim_given_logprobs, fim_logprobs, gap_length_logprobs, gap_sides,
+                             infill_middle)
 from aogpt.scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
                            encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, hf_start_logprobs, left_gap_logprobs,
                            mixture_logprobs, nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity,
@@ -109,9 +112,11 @@ compile = False  # torch.compile the model's forward, with dynamic shapes (the q
 encoder_l2r = True  # an encoder's exact left-to-right perplexity: n forwards per chunk (O(n^2)); False skips it
 mc_samples = 32  # an encoder's masks per chunk for its NELBO, one per stratum of the masking level
 gaps = ''  # infilling instead of perplexity: each chunk's gap scored given the rest, e.g. span:16,span:64,scatter:0.15
+fills = ''  # with a range gap, also fill each gap: 'greedy' and/or 'sample' (comma list), the length given and not
 # -----------------------------------------------------------------------------
 
 SPLITS = ('test', 'validation', 'train')
+FILLS = {'greedy': Sampling(temperature=0), 'sample': Sampling()}  # the most likely length and token, or drawn
 ENCODER_ONLY = {'mc_samples': "the masks per chunk of an encoder's NELBO bound",
                 'encoder_l2r': "whether an encoder's exact left-to-right perplexity is computed"}
 
@@ -152,7 +157,21 @@ def check_inputs(names):
         fail(f'--half={half} halves a token file (a data/ set, or a .bin), not {texts[0]}: drop --half')
     if out_json and not os.path.isdir(os.path.dirname(os.path.abspath(out_json))):
         fail(f'--out_json={out_json}: its folder does not exist')
-    gap_settings_of(gaps)
+    settings = gap_settings_of(gaps)
+    modes = fill_modes(fills)
+    if modes and not any(kind == 'range' for kind, _ in settings):
+        fail(f'--fills={fills} fills range gaps, whose length is not given: add one to --gaps, e.g. --gaps=range:1-16')
+    if modes and is_hf_model(init_from):
+        fail(f'--fills: {init_from} reads the left side only; AO-GPT and the FIM GPT fill a gap from both sides')
+
+
+def fill_modes(text):
+    """--fills as a list of FILLS' names; one line for another name."""
+    modes = [m.strip() for m in text.split(',') if m.strip()]
+    for mode in modes:
+        if mode not in FILLS:
+            fail(f"--fills takes {' and/or '.join(FILLS)} (a comma list), got {mode!r}")
+    return modes
 
 
 def gap_settings_of(spec, n=None):
@@ -168,17 +187,49 @@ def gap_settings_of(spec, n=None):
 
 def load_model(init_from, out_dir, device, use_ema):
     """(model, its block size, the block it trained on (common.trained_block), (what its token ids mean, how many), a
-    description for the output, whether it reads left to right only: a Hugging Face model, or a checkpoint that
-    train.py trained with --order=l2r)."""
+    description for the output, how it reads a gap: 'l2r' left to right only (a Hugging Face model, or a checkpoint
+    that train.py trained with --order=l2r), 'fim' the FIM GPT (--fim_rate), 'any' in any order (AO-GPT, the
+    encoder))."""
     if is_hf_model(init_from):
         model = load_hf_causal_lm(init_from, device)
         positions = getattr(model.config, 'n_positions', None) or model.config.max_position_embeddings
-        return model, positions, positions, ('gpt2', model.config.vocab_size), init_from, True
+        return model, positions, positions, ('gpt2', model.config.vocab_size), init_from, 'l2r'
     path = find_checkpoint(init_from, out_dir)
     model, checkpoint = read_checkpoint(path, device, use_ema)
-    l2r_only = training_record(checkpoint)['config'].get('order') == 'l2r'
+    reads = 'fim' if is_fim_gpt(checkpoint) else 'l2r' if training_record(checkpoint)['config'].get('order') == 'l2r' \
+        else 'any'
     return (model, model.config.block_size, trained_block(model, checkpoint),
-            checkpoint_tokens(checkpoint, model.config.vocab_size), path, l2r_only)
+            checkpoint_tokens(checkpoint, model.config.vocab_size), path, reads)
+
+
+FIM_EXTRA = 4  # a FIM GPT's row holds its chunk and 3 sentinels, then the end token
+
+
+def widest_range(settings):
+    """The most a range gap's length varies (hi - lo), None without one."""
+    return max((size.hi - size.lo for kind, size in settings if kind == 'range'), default=None)
+
+
+def gap_chunk_length(trained, settings, reads):
+    """The chunk --gaps reads by default: the trained block, less what a range needs (AO-GPT places the suffix after
+    every length of it) and a FIM GPT's FIM_EXTRA; with a range every model leaves both, so all read the same
+    chunks."""
+    widest = widest_range(settings)
+    if widest is not None:
+        return trained - widest - FIM_EXTRA
+    return trained - FIM_EXTRA * (reads == 'fim')
+
+
+def check_gap_room(n, model_block, settings, reads):
+    """One line where an n-token chunk leaves a model too little room: a FIM GPT's rows of n + FIM_EXTRA, AO-GPT's
+    suffix placed after a range's longest length."""
+    widest = widest_range(settings)
+    if reads == 'fim' and n + FIM_EXTRA > model_block:
+        fail(f'--block_size={n}: the FIM GPT reads a chunk with {FIM_EXTRA} more tokens (3 sentinels, the end token) '
+             f'in its block of {model_block}: use at most {model_block - FIM_EXTRA}')
+    if reads == 'any' and widest is not None and n + widest > model_block:
+        fail(f'--block_size={n}: a range gap whose length varies by {widest} has AO-GPT place the suffix up to '
+             f'{widest} tokens further in its block of {model_block}: use at most {model_block - widest}')
 
 
 def main(given=()):
@@ -186,18 +237,29 @@ def main(given=()):
     names = [data_file] if data_file else [d.strip() for d in dataset.split(',') if d.strip()]
     check_inputs(names)
     hf = is_hf_model(init_from)
-    model, model_block, trained, model_tokens, source, l2r_only = load_model(init_from, out_dir, device, use_ema)
-    n = block_size or trained
+    model, model_block, trained, model_tokens, source, reads = load_model(init_from, out_dir, device, use_ema)
+    asked = gap_settings_of(gaps)
+    n = block_size or (gap_chunk_length(trained, asked, reads) if asked else trained)
     if n > model_block:
         fail(f"--block_size={n} is larger than the checkpoint's block_size {model_block}")
-    if n < model_block and not block_size:
+    if n < 1:
+        fail(f'--gaps={gaps}: a range that wide leaves no chunk in the block of {trained}: narrow it')
+    if n < trained and not block_size:
+        print(f'note: chunks of {n} tokens, which leave room for the gaps in the block of {trained} (a range\'s '
+              "lengths, a FIM GPT's sentinels); --block_size sets their length, the same for every model compared")
+    elif n < model_block and not block_size:
         print(f'note: {source} was trained on blocks of {n} tokens (its model reads {model_block}): chunks of {n}; '
               f'--block_size sets their length')
     gap_settings = gap_settings_of(gaps, n)
+    if gap_settings and not hf:
+        check_gap_room(n, model_block, gap_settings, reads)
     sets = {}
     for name in names:  # read and check every set before evaluating any
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)
         docs = [val_half(doc, half) for doc in docs]  # a token file is one document: the val.bin --keep_best cut
+        if half:
+            print(f'{name}: the {half} half of {text_read(name)[:-len(f", {half} half")]}' +
+                  (" (train.py --keep_best chose on the other)" if half == 'report' else ''))
         note = check_tokens(name, docs, data_tokens, model_tokens, n)
         if note:
             print(note)
@@ -217,7 +279,7 @@ def main(given=()):
         print(f'note: --l2r_dtype is ignored with --gaps: every column of the gap table is in --dtype={dtype}')
     l2r_ctx = autocast(device, precision)
     if gap_settings:
-        describe_gap_columns(source, hf, encoder, l2r_only)
+        describe_gap_columns(source, hf, encoder, reads)
     elif encoder:
         describe_encoder_passes(precision, n)
     else:
@@ -230,8 +292,8 @@ def main(given=()):
         t0 = time.time()
         if gap_settings:  # the left-to-right pass serves every gap setting
             l2r = None if encoder else l2r_rows(model, chunks, hf, l2r_ctx, f'{name} l2r')
-            results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only,
-                                                          l2r, l2r_ctx) for kind, size in gap_settings}
+            results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, reads,
+                                                          model_tokens[1], l2r, l2r_ctx) for kind, size in gap_settings}
             continue
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
@@ -280,13 +342,18 @@ def encoder_perplexities(model, chunks, name, l2r_ctx):
     return ppl, chunk_nlls(l2r, None, len(chunks)) | {'nelbo': estimates.tolist()}
 
 
-def describe_gap_columns(source, hf, encoder, l2r_only):
+def describe_gap_columns(source, hf, encoder, reads):
     """What the gap table's columns are."""
     if encoder:
         print('gaps, each given the rest of its chunk: the encoder\'s gap revealed left to right (revealed l2r, exact: '
               'a forward per gap token; --encoder_l2r=False skips it) and its NELBO bound restricted to the gap '
               f'({mc_samples} stratified masks of the gap per chunk, ± its s.e. over chunks)')
-    elif l2r_only:
+    elif reads == 'fim':
+        print('gaps: the FIM GPT reads the prefix and the suffix, then writes the middle: given its length (fim given: '
+              'the end token masked out and the rest renormalised at each step) and, for a range, not (fim unknown: '
+              'the middle and its end token, which is left out before lo and sure at hi); left only: each gap token '
+              'given all before it')
+    elif reads == 'l2r':
         print(f'gaps: {source} reads left to right only: each gap token given all before it (left only)' +
               (', a chunk\'s first token after <|endoftext|>' if hf else ''))
         if ensemble > 1:
@@ -294,7 +361,9 @@ def describe_gap_columns(source, hf, encoder, l2r_only):
     else:
         print('gaps, each given the rest of its chunk: left only (each gap token given all before it); the rest read '
               'first, left to right, then the gap left to right (gap l2r), in a random order (gap random), and '
-              'ensembles of random orders of the gap (ensemble=2..: the log of the mean of their probabilities)')
+              'ensembles of random orders of the gap (ensemble=2..: the log of the mean of their probabilities); for a '
+              'range, the length too: length (-log p(L | both sides), normalised over the range: the suffix placed '
+              'after each length) and unknown (length + gap l2r: the middle and its length)')
 
 
 def l2r_rows(model, chunks, hf, l2r_ctx, desc):
@@ -307,13 +376,17 @@ def l2r_rows(model, chunks, hf, l2r_ctx, desc):
     return torch.stack([decoder_l2r_logprobs(model, x.to(on), l2r_ctx) for x in chunks])
 
 
-def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r, l2r_ctx):
+def gap_result(model, chunks, kind, size, name, hf, encoder, reads, n_tokens, l2r, l2r_ctx):
     """One gap setting on one set: the gaps' count and tokens, the NLL per gap token (nats) in each column the model
     has, and each chunk's (chunk_nll, for paired comparisons); an encoder's NELBO bound with its s.e. over chunks."""
     t0 = time.time()
     positions = [chunk_gap(x, kind, size, seed) for x in chunks]
     lengths = torch.tensor([len(g) for g in positions], dtype=torch.float64)
-    columns, nelbo = gap_logprobs(model, chunks, positions, encoder, l2r_only, l2r, l2r_ctx, f'{name} {kind}:{size}')
+    lengths_range = size if kind == 'range' else None
+    columns, nelbo = gap_logprobs(model, chunks, positions, encoder, reads, n_tokens, lengths_range, l2r, l2r_ctx,
+                                  f'{name} {kind}:{size}')
+    filled = gap_fills(model, chunks, positions, reads, n_tokens, lengths_range) if lengths_range and not encoder \
+        else {}
     nll = {k: (-v.sum() / lengths.sum()).item() for k, v in columns.items()}
     chunk_nll = {k: (-v / lengths).tolist() for k, v in columns.items()}
     if nelbo is not None:
@@ -321,14 +394,36 @@ def gap_result(model, chunks, kind, size, name, hf, encoder, l2r_only, l2r, l2r_
         nll['nelbo_se'] = nelbo.std().item() / len(nelbo) ** 0.5 if len(nelbo) > 1 else float('nan')
         chunk_nll['nelbo'] = nelbo.tolist()
     return dict(gaps=len(chunks), tokens=int(lengths.sum()), nll=nll, chunk_nll=chunk_nll,
-                seconds=round(time.time() - t0, 2))
+                **(dict(fills=filled) if filled else {}), seconds=round(time.time() - t0, 2))
 
 
-def gap_logprobs(model, chunks, gaps, encoder, l2r_only, l2r, l2r_ctx, desc):
+def gap_fills(model, chunks, gaps, reads, n_tokens, lengths):
+    """{'<mode>, length given' / '<mode>, length unknown': {infilling.fill_scores' means over the gaps, and
+    'chunks': each gap's}} of AO-GPT's and the FIM GPT's fills (infilling.infill_middle), {} for a model
+    that fills from the left only."""
+    if reads not in ('any', 'fim') or not fills:
+        return {}
+    generator, out = torch.Generator(device=next(model.parameters()).device).manual_seed(seed), {}
+    for mode, known in [(m, k) for m in fill_modes(fills) for k in ('given', 'unknown')]:
+        scores = []
+        for prefix, truth, suffix in gap_sides(chunks, gaps):
+            lo, hi = (len(truth), len(truth)) if known == 'given' else lengths
+            with autocast(device, dtype):
+                fill = infill_middle(model, prefix, suffix, lo, hi, FILLS[mode], fim=reads == 'fim', n_tokens=n_tokens,
+                                     choice='mode' if mode == 'greedy' else 'sample', generator=generator)
+            scores.append(fill_scores(fill, truth))
+        out[f'{mode}, length {known}'] = {k: sum(s[k] for s in scores) / len(scores) for k in scores[0]} | \
+            dict(chunks={k: [s[k] for s in scores] for k in scores[0]})
+    return out
+
+
+def gap_logprobs(model, chunks, gaps, encoder, reads, n_tokens, lengths, l2r, l2r_ctx, desc):
     """Each chunk's log p(gap | what the model reads of the rest), (N,), in each column the model has: 'left' (each
     gap token given all before it, from l2r_rows' l2r), 'gap_l2r' and 1, 2, ... (the rest read first, then the gap
-    left to right, in random orders, and the mixtures of 2, ... of those), an encoder's 'revealed' (the gap revealed
-    left to right); and an encoder's NELBO per gap token (None for a decoder)."""
+    left to right, in random orders, and the mixtures of 2, ... of those), the FIM GPT's 'fim' (its length given),
+    an encoder's 'revealed' (the gap revealed left to right); for a range of lengths (lengths: scoring.Lengths), also
+    the gap and its length: AO-GPT's 'length' and 'unknown', the FIM GPT's 'fim_unknown'; and an encoder's NELBO per
+    gap token (None for a decoder)."""
     ctx = autocast(device, dtype)
     if encoder:
         columns = {}
@@ -337,26 +432,45 @@ def gap_logprobs(model, chunks, gaps, encoder, l2r_only, l2r, l2r_ctx, desc):
             columns['revealed'] = torch.stack([g.double().sum() for g in revealed.split([len(g) for g in gaps])])
         return columns, nelbo_estimates(model, chunks, mc_samples, max_tokens, seed, ctx, f'{desc} NELBO', gaps=gaps)
     columns = {'left': left_gap_logprobs(l2r, gaps)}
-    if not l2r_only:
+    if reads == 'fim':
+        with ctx:
+            columns['fim'] = fim_given_logprobs(model, gap_sides(chunks, gaps), n_tokens)
+            if lengths:
+                columns['fim_unknown'] = fim_logprobs(model, gap_sides(chunks, gaps), n_tokens, *lengths)
+    if reads == 'any':
         scores = decoder_gap_logprobs(model, chunks, gaps, ensemble, max_tokens, seed, ctx, desc)
         columns['gap_l2r'] = scores[:, 0]
         columns |= {size: mixture_logprobs(scores[:, 1:].T, size) for size in ensemble_sizes(ensemble)}
+        if lengths:
+            with ctx:
+                columns['length'] = gap_length_logprobs(model, gap_sides(chunks, gaps), lengths, n_tokens)
+            columns['unknown'] = columns['length'] + columns['gap_l2r']
     return columns, None
 
 
-GAP_COLUMNS = {'left': 'left only', 'gap_l2r': 'gap l2r', 1: 'gap random', 'revealed': 'revealed l2r',
+GAP_COLUMNS = {'left': 'left only', 'gap_l2r': 'gap l2r', 1: 'gap random', 'length': 'length',
+               'unknown': 'unknown', 'fim': 'fim given', 'fim_unknown': 'fim unknown', 'revealed': 'revealed l2r',
                'nelbo': 'NELBO bound'}  # and ensemble=2, ...
 
 
 def report_gaps(results):
     """One row per set and gap setting: the NLL per gap token (nats) in each column the model has."""
-    keys = [k for k in next(iter(next(iter(results.values())).values()))['nll'] if k != 'nelbo_se']
-    cell = lambda nll, k: f"<= {nll[k]:.4f} ± {nll['nelbo_se']:.4f}" if k == 'nelbo' else f'{nll[k]:.4f}'
+    keys = list(dict.fromkeys(k for by_gap in results.values() for r in by_gap.values() for k in r['nll']
+                              if k != 'nelbo_se'))
+    cell = lambda nll, k: '-' if k not in nll else f"<= {nll[k]:.4f} ± {nll['nelbo_se']:.4f}" if k == 'nelbo' \
+        else f'{nll[k]:.4f}'
     print('NLL per gap token (nats), each gap given the rest of its chunk')
     names = [GAP_COLUMNS.get(k, f'ensemble={k}') for k in keys]
     print_table(['dataset', 'gap', 'gaps', 'gap tokens', *names, 'time'],
                 [[name, setting, f"{r['gaps']:,}", f"{r['tokens']:,}", *[cell(r['nll'], k) for k in keys],
                   f"{r['seconds']:.1f}s"] for name, by_gap in results.items() for setting, r in by_gap.items()])
+    rows = [[name, setting, how, f"{f['exact']:.3f}", f"{f['chars']:.3f}", f"{f['length']:.3f}",
+             f"{f['length_error']:.2f}"]
+            for name, by_gap in results.items() for setting, r in by_gap.items()
+            for how, f in r.get('fills', {}).items()]
+    if rows:
+        print('fills of the gaps: exact match, character accuracy, the length right, mean |length error| (tokens)')
+        print_table(['dataset', 'gap', 'fill', 'exact', 'chars', 'length', 'length error'], rows)
 
 
 def report(results, ensemble):

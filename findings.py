@@ -8,7 +8,8 @@ run over seeds, and every claim gets its effect, a 95% interval, its n and a ver
     python findings.py --preset=smoke             # every finding at toy size in a minute or two (the tests)
     python findings.py --preset=gpu               # OpenWebText at GPT-2 small size on one GPU (days; see README)
     python findings.py --preset=cpu --only=1,3    # some findings only: their runs and their figures
-    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt,streams,scarce   # ours
+    python findings.py --preset=cpu --only=plateau,long,length,infill,orders,adapt,streams,scarce,fim   # ours
+    python findings.py --preset=cpu --only=fim --out_dir=docs/findings-cpu-ours   # one finding: the others kept
     python findings.py --preset=cpu --dry_run     # the sweep's jobs, the runs after it and their count; nothing is run
 
 The findings, in the order they run and report (aogpt/experiments/registry.py); what each runs and claims is in its module
@@ -28,6 +29,7 @@ plateau.py, the others: <name>.py), how they are run and judged in aogpt/experim
   adapt    (ours) AO-GPT from a GPT: left to right first, any order after
   streams  (ours) two streams, keys and values that carry no target, against one
   scarce   (ours) data-constrained training: AO-GPT against a tuned GPT as the data repeats
+  fim      (ours) infilling against the FIM GPT, the length given and not
 Resumable: a second call trains only what is missing, and only redraws once everything ran (aogpt/experiments/jobs.py).
 SIGTERM stops the running jobs (each training run saves its checkpoint) and exits with 75: the same command goes on.
 """

@@ -210,3 +210,56 @@ def middle_logprob(logits, row, L, n_tokens, lo, hi):
     targets = [t if t != end else n_tokens for t in row[start:]]
     total = sum(float(logp[j, t]) for j, t in enumerate(targets[:L]))
     return total + (0.0 if L >= hi else float(logp[L, n_tokens]))
+
+
+@torch.no_grad()
+def infill_middle(model, prefix, suffix, lo, hi, sampling, *, fim, n_tokens, choice='sample', generator=None):
+    """One middle (a list) between prefix and suffix of lo to hi tokens (lo = hi: its length given): the FIM GPT's
+    written to its end token; AO-GPT's at a length from its posterior (choose_lengths' choice), written left to right
+    after both sides, as eval_ppl.py scores it."""
+    if fim:
+        return fim_fill(model, prefix, suffix, n_tokens, lo, hi, 1, sampling, generator)[0]
+    ids, at, lengths = prefix + suffix, len(prefix), list(range(lo, hi + 1))
+    L = lo if lo == hi else choose_lengths(length_logprobs(model, ids, [True] * len(ids), at, lengths, n_tokens),
+                                           lengths, 1, choice, generator)[0][0]
+    row, known = placed(ids, [True] * len(ids), at, L)
+    x = torch.tensor([row], device=next(model.parameters()).device)
+    x, _ = generate(model, x, torch.tensor(known, device=x.device), L, sampling, order='l2r', generator=generator,
+                    n_tokens=n_tokens)
+    return x[0, at:at + L].tolist()
+
+
+def fill_scores(fill, truth):
+    """How a middle matches the held-out one: exact (1 or 0), chars (the share of positions, over the longer of the
+    two, where they agree, aligned at the gap's start), length (1 where the length is right) and length_error
+    (tokens, absolute)."""
+    agree = sum(a == b for a, b in zip(fill, truth))
+    return dict(exact=float(fill == truth), chars=agree / max(len(fill), len(truth)),
+                length=float(len(fill) == len(truth)), length_error=abs(len(fill) - len(truth)))
+
+
+def gap_sides(chunks, gaps):
+    """[(prefix, middle, suffix)] of each chunk's span gap (sorted positions), as lists."""
+    return [(x[:g[0]].tolist(), x[g].tolist(), x[g[-1] + 1:].tolist()) for x, g in zip(chunks, gaps)]
+
+
+def fim_given_logprobs(model, sides, n_tokens):
+    """The FIM GPT's log p(middle | both sides, its length) of each (prefix, middle, suffix) (fim_logprobs with lo =
+    hi, the middles of one length at a time): (len(sides),), float64."""
+    out = torch.empty(len(sides), dtype=torch.float64)
+    for L in sorted({len(m) for _, m, _ in sides}):
+        rows = [i for i, (_, m, _) in enumerate(sides) if len(m) == L]
+        out[rows] = fim_logprobs(model, [sides[i] for i in rows], n_tokens, L, L)
+    return out
+
+
+def gap_length_logprobs(model, sides, lengths, n_tokens):
+    """AO-GPT's log p(L | both sides) of each (prefix, middle, suffix), L its middle's length, normalised over
+    lengths.lo..lengths.hi (length_logprobs): (len(sides),), float64."""
+    candidates = list(range(lengths.lo, lengths.hi + 1))
+    out = torch.empty(len(sides), dtype=torch.float64)
+    for c, (prefix, middle, suffix) in enumerate(sides):
+        ids = prefix + suffix
+        logp = length_logprobs(model, ids, [True] * len(ids), len(prefix), candidates, n_tokens)
+        out[c] = float(logp[len(middle) - lengths.lo])
+    return out

@@ -355,6 +355,9 @@ def check_fit(model_config, config, trained, resume, data_size, gap_settings):
     if config['fim_max_span'] > block_size:
         fail(f"--fim_max_span={config['fim_max_span']} is longer than the block (--block_size={block_size}): use at "
              f'most {block_size}, or 0 for any length')
+    if any(kind == 'range' for kind, _ in gap_settings):
+        fail('--eval_gaps: a range gap, its length unknown, is read by eval_ppl.py --gaps; training reads span:L and '
+             'scatter:r')
     try:
         check_gap_sizes(gap_settings, block_size, '--eval_gaps')
     except ValueError as e:

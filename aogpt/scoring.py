@@ -15,6 +15,7 @@ import json
 import math
 from contextlib import nullcontext
 from itertools import islice
+from typing import NamedTuple
 
 import torch
 from torch.nn import functional as F
@@ -379,23 +380,43 @@ def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None
 # -----------------------------------------------------------------------------
 # gaps (infilling): some of a chunk's tokens hidden, a span or scattered, and scored given all the others
 
-GAP_KINDS = ('span', 'scatter')
+GAP_KINDS = ('span', 'scatter', 'range')
+
+
+class Lengths(NamedTuple):
+    """A range gap's lengths: a span of lo to hi tokens, its length drawn per chunk (range:lo-hi)."""
+    lo: int
+    hi: int
+
+    def __str__(self):
+        return f'{self.lo}-{self.hi}'
+
+
+def parse_size(kind, text):
+    """A gap setting's size: span's tokens, scatter's share, range's Lengths. ValueError if it is not one."""
+    if kind == 'range':
+        lo, dash, hi = text.partition('-')
+        if not dash:
+            raise ValueError(f'{text!r} is not LO-HI')
+        return Lengths(parse_number(lo, int), parse_number(hi, int))
+    return parse_number(text, int if kind == 'span' else float)
 
 
 def parse_gaps(spec, flag):
-    """A gap list as [(kind, size)]: 'span:16' a span of 16 tokens, 'scatter:0.15' 15% of the tokens; [] for ''.
-    ValueError naming the flag and the fix."""
+    """A gap list as [(kind, size)]: 'span:16' a span of 16 tokens, 'scatter:0.15' 15% of the tokens, 'range:1-16' a
+    span of 1 to 16 tokens, its length drawn per chunk; [] for ''. ValueError naming the flag and the fix."""
     settings = []
     for item in (part.strip() for part in spec.split(',') if part.strip()):
         kind, _, size = item.partition(':')
         reason = ''
         try:
-            size = parse_number(size, int if kind == 'span' else float)
+            size = parse_size(kind, size)
         except ValueError as e:
             kind, reason = None, f' ({e})'
         if kind not in GAP_KINDS:
-            raise ValueError(f'{flag}: {item!r} is neither span:L (a span of L tokens) nor scatter:r (a share r of the '
-                             f'tokens, scattered){reason}: e.g. {flag}=span:16,scatter:0.15')
+            raise ValueError(f'{flag}: {item!r} is none of span:L (a span of L tokens), scatter:r (a share r of the '
+                             f'tokens, scattered) and range:LO-HI (a span of LO to HI tokens, its length drawn per '
+                             f'chunk){reason}: e.g. {flag}=span:16,scatter:0.15,range:1-16')
         settings.append((kind, size))
     if spec and not settings:
         raise ValueError(f'{flag}={spec!r} names no gap: e.g. {flag}=span:16,scatter:0.15')
@@ -407,17 +428,23 @@ def check_gap_sizes(settings, n, flag):
     for kind, size in settings:
         if kind == 'span' and not 1 <= size <= n:
             raise ValueError(f'{flag}=span:{size}: a span is 1 to {n} tokens long (the chunk)')
+        if kind == 'range' and not 1 <= size.lo <= size.hi <= n:
+            raise ValueError(f'{flag}=range:{size}: a range runs from LO to HI tokens, 1 <= LO <= HI <= {n} (the '
+                             'chunk)')
         if kind == 'scatter' and not 0 < size < 1:
             raise ValueError(f'{flag}=scatter:{size}: the share of the tokens hidden must be between 0 and 1, such as '
                              '0.15')
 
 
 def chunk_gap(x, kind, size, seed):
-    """The gap positions of chunk x (n,), sorted: a span of `size` tokens at a uniform place ('span'), or
+    """The gap positions of chunk x (n,), sorted: a span of `size` tokens at a uniform place ('span'; 'range': of a
+    length drawn uniformly in size.lo..size.hi first), or
     max(1, round(size * n)) positions drawn uniformly ('scatter', size a rate). Seeded by the chunk's tokens, so
     every model and run hides the same tokens of the same text."""
     n = len(x)
     generator = torch.Generator().manual_seed(content_seed([seed, kind, size], x.tolist()))
+    if kind == 'range':
+        kind, size = 'span', int(torch.randint(size.lo, size.hi + 1, (1,), generator=generator))
     if kind == 'span':
         start = int(torch.randint(n - size + 1, (1,), generator=generator))
         return torch.arange(start, start + size)

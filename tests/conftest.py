@@ -479,6 +479,23 @@ def tiny_mdm(seed=0, **kw):
     return model
 
 
+def slow_length_logprobs(model, ids, known, at, lengths):
+    """For each L a full forward over the template with the gap placed: the known tokens before the gap, then those
+    after it, then the rest; the log-likelihood of those after, normalised over the lengths."""
+    from aogpt.infilling import placed
+    scores = []
+    for L in lengths:
+        row, row_known = placed(ids, known, at, L)
+        before = [i for i in range(at) if row_known[i]]
+        after = [i for i in range(at + L, len(row)) if row_known[i]]
+        rest = [i for i in range(len(row)) if i not in before + after]
+        order = torch.tensor(before + after + rest)
+        logits, _ = model(torch.tensor([row]), order[None])
+        logp = logits[0].log_softmax(-1)
+        scores.append(sum(float(logp[len(before) + j, row[i]]) for j, i in enumerate(after)))
+    return torch.tensor(scores, dtype=torch.float64).log_softmax(0)
+
+
 def one_forward_logprob(model, x, read, target):
     """log p(x[target] | x[read], read in that order), from a forward of those slots alone, every slot through the
     head."""

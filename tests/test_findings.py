@@ -1069,3 +1069,40 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
                                   f"{SCARCE_ARMS['paper'][0]}: at its best evaluation, gaps of 1, both sides": 1.41,
                                   f"{SCARCE_ARMS['paper'][0]}: at its best evaluation, gaps of 1, left side": 1.71,
                                   f"{SCARCE_ARMS['encoder'][0]}: at its best evaluation, gaps of 1, both sides": 1.41})
+
+
+@pytest.mark.slow
+def test_finding_fim_sweeps_steps_past_the_edge_and_reports_fresh_seeds(workdir, tmp_path, one_thread):
+    """The smoke preset's finding fim: its grid (one learning rate, dropout 0) puts the winner on the dropout's upper
+    edge, so a run one step past it (0.1) trains too; the reported seeds are fresh runs at the winner, none of them
+    the sweep's seed; every claim has its interval."""
+    from aogpt.experiments.fim import FIM_ARMS, SWEEP_SEED
+    from aogpt.experiments.presets import PRESETS
+    out = tmp_path / 'fim'
+    run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=fim', cwd=workdir)
+    for arm in PRESETS['smoke']['fim']['arms']:
+        def loss(dropout):
+            final = json.loads((out / 'runs' / f'fim-sweep-{arm}-play-lr0.01-d{dropout:g}' / 'metrics.jsonl')
+                               .read_text().splitlines()[-1])
+            return sum(w * final[k] for k, w in FIM_ARMS[arm][3].items())
+        for seed in (1337, 1):
+            args = json.loads((out / 'runs' / f'fim-{arm}-play-s{seed}' / 'args.json').read_text())
+            assert args['seed'] == seed != SWEEP_SEED and args['eval_gaps'] == ''
+            assert args['dropout'] == min((0.0, 0.1), key=loss)
+    finding = next(f for f in json.loads((out / 'results.json').read_text())['findings'] if f['finding'] == 'fim')
+    assert len(finding['claims']) == 1 + 1 + 2 * 7  # the sweep; FIM for free; per AO-GPT arm 2 gaps, unknown, 3 fills, tax
+    for c in finding['claims'][1:]:
+        interval = c['numbers']['effect [95% interval] (n)']
+        assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n'] == '2 vs 2 runs'
+    assert (out / 'ours_fim_play.png').read_bytes().startswith(PNG)
+
+
+def test_a_call_with_only_keeps_the_other_findings_of_the_folder(tmp_path):
+    """--only=fim rewrites fim's section: an earlier call's other findings at the same preset are kept, the sweep's
+    section is drawn again, and another preset's results are not mixed in."""
+    from aogpt.experiments.pipeline import earlier_findings
+    entries = [dict(finding=name, title=name, figures=[], claims=[]) for name in ('sweep', 'plateau', 'fim', 'scarce')]
+    (tmp_path / 'results.json').write_text(json.dumps(dict(title='t', settings=dict(preset='cpu'), findings=entries)))
+    assert [f['finding'] for f in earlier_findings(str(tmp_path), 'cpu', ['fim'])] == ['plateau', 'scarce']
+    assert earlier_findings(str(tmp_path), 'smoke', ['fim']) == []
+    assert earlier_findings(str(tmp_path / 'new'), 'cpu', ['fim']) == []

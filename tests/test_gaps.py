@@ -173,7 +173,10 @@ def test_eval_ppl_gaps_on_the_encoder(workdir, mdm_ckpt):
     ('span:0', ('span:0', '1 to 32 tokens')), ('span:33', ('span:33', '1 to 32')), ('span:1.5', ('span:1.5', 'span:L')),
     ('span:²', ('span:²', 'span:L')), ('scatter:0', ('scatter:0', 'between 0 and 1')),
     ('scatter:1', ('scatter:1', 'between 0 and 1')), ('scatter:nan', ('between 0 and 1',)),
-    ('scatter:abc', ('scatter:abc', 'scatter:r')), ('hole:3', ('hole:3', 'span:L')), (',', ('names no gap',))])
+    ('scatter:abc', ('scatter:abc', 'scatter:r')), ('hole:3', ('hole:3', 'span:L')), (',', ('names no gap',)),
+    ('range:0-4', ('range:0-4', '1 <= LO <= HI')), ('range:5-2', ('range:5-2', '1 <= LO <= HI')),
+    ('range:3', ('range:3', 'range:LO-HI')), ('range:1-٣', ('range:1-٣', 'ASCII')),
+    ('range:1-40', ('range:1-40', 'leaves no chunk'))])
 def test_eval_ppl_gaps_bad_inputs(workdir, char_ckpt, gaps, named):
     says(one_line_error('eval_ppl.py', f'--out_dir={char_ckpt}', f'--gaps={gaps}', '--device=cpu', cwd=workdir), *named)
 
@@ -212,3 +215,91 @@ def test_every_column_of_a_gap_table_is_in_one_precision(workdir, char_ckpt):
     assert asked['span:4']['nll'] == plain['span:4']['nll']  # the left column too: --dtype's float32
     low = table('--dtype=bfloat16')['span:4']['nll']
     assert low['left'] != plain['span:4']['nll']['left'] and low['gap_l2r'] != plain['span:4']['nll']['gap_l2r']
+
+
+# -----------------------------------------------------------------------------
+# a gap whose length is unknown (range:lo-hi): the middle and its length as one event, AO-GPT's and the FIM GPT's
+
+N = 7  # a FIM GPT's tokens: tiny_model's rows 7..10 are its sentinels (AO-GPT's tokens are all 11)
+
+
+def range_columns(model, reads, prefix, suffix, L, lengths):
+    """eval_ppl.py's gap columns for every middle of L tokens between prefix and suffix: {column: (tokens ** L,)}."""
+    import eval_ppl
+    from contextlib import nullcontext
+    from aogpt.scoring import decoder_l2r_logprobs
+    tokens = N if reads == 'fim' else model.config.vocab_size
+    xs = torch.tensor([prefix + list(m) + suffix for m in itertools.product(range(tokens), repeat=L)])
+    gaps = [torch.arange(len(prefix), len(prefix) + L)] * len(xs)
+    l2r = torch.stack([decoder_l2r_logprobs(model, x) for x in xs])
+    return eval_ppl.gap_logprobs(model, xs, gaps, False, reads, tokens, lengths, l2r, nullcontext(), None)[0]
+
+
+@pytest.mark.parametrize('reads,given,unknown,hi', [('any', 'gap_l2r', 'unknown', 2), ('fim', 'fim', 'fim_unknown', 3)],
+                         ids=['ao-gpt', 'fim-gpt'])
+def test_the_middle_and_its_length_are_one_distribution(reads, given, unknown, hi):
+    """Enumerated: given its length, the middles of each length sum to 1; unknown, every middle of every length of
+    the range does."""
+    from aogpt.scoring import Lengths
+    model, total = tiny_model(2, position_encoding='rotary'), 0.0
+    for L in range(1, hi + 1):
+        columns = range_columns(model, reads, [1, 2, 3], [4, 5], L, Lengths(1, hi))
+        assert float(columns[given].exp().sum()) == pytest.approx(1, abs=1e-6)
+        total += float(columns[unknown].exp().sum())
+    assert total == pytest.approx(1, abs=1e-6)
+
+
+def slow_fim_given(model, prefix, middle, suffix):
+    """The FIM GPT's log p(middle | both sides, its length), a full forward per token: each read after the prompt and
+    the middle so far, among the real tokens alone."""
+    from aogpt.fim import fim_prompt, sentinel_ids
+    row, total = fim_prompt(prefix, suffix, sentinel_ids(N)), 0.0
+    for token in middle:
+        logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])  # the last slot: the next
+        total += float(logits[0, len(row), :N].double().log_softmax(-1)[token])
+        row.append(token)
+    return total
+
+
+def test_the_joint_is_the_product_of_its_parts():
+    """AO-GPT's unknown-length column is its length posterior (a full forward per length) plus the middle read after
+    both sides (one forward per token); the FIM GPT's given-length column is a full forward per token."""
+    from aogpt.scoring import Lengths
+    from conftest import slow_length_logprobs
+    model, prefix, suffix, lengths = tiny_model(3), [6, 1], [2, 0, 4], Lengths(1, 4)
+    for L in (1, 2):
+        ao = range_columns(model, 'any', prefix, suffix, L, lengths)
+        fim = range_columns(model, 'fim', prefix, suffix, L, lengths)
+        posterior = slow_length_logprobs(model, prefix + suffix, [True] * 5, len(prefix), list(range(1, 5)))
+        n = len(prefix) + L + len(suffix)
+        known = torch.tensor([j for j in range(n) if not len(prefix) <= j < len(prefix) + L])
+        for i, middle in list(enumerate(itertools.product(range(model.config.vocab_size), repeat=L)))[::13]:
+            x = torch.tensor(prefix + list(middle) + suffix)
+            read = [one_forward_logprob(model, x, torch.cat([known, torch.arange(len(prefix), j)]), j)
+                    for j in range(len(prefix), len(prefix) + L)]
+            assert float(ao['unknown'][i]) == pytest.approx(float(posterior[L - 1]) + sum(read), abs=1e-4)
+        for i, middle in list(enumerate(itertools.product(range(N), repeat=L)))[::5]:
+            assert float(fim['fim'][i]) == pytest.approx(slow_fim_given(model, prefix, middle, suffix), abs=1e-4)
+
+
+def test_eval_ppl_reads_a_range_both_ways(workdir, char_ckpt, fim_ckpt):
+    """Every model reads the same chunks, with room for the range and the FIM GPT's sentinels: AO-GPT's length and
+    middle, the FIM GPT's middle with its length given and unknown."""
+    ao = gap_table(workdir, f'--out_dir={char_ckpt}', '--gaps=span:4,range:2-6')
+    fim = gap_table(workdir, f'--out_dir={fim_ckpt}', '--gaps=span:4,range:2-6')
+    assert list(ao['range:2-6']['nll']) == ['left', 'gap_l2r', '1', 'length', 'unknown']
+    assert list(fim['range:2-6']['nll']) == ['left', 'fim', 'fim_unknown']
+    assert list(fim['span:4']['nll']) == ['left', 'fim']
+    assert ao['range:2-6']['tokens'] == fim['range:2-6']['tokens']  # the same gaps of the same chunks
+    assert 2 * 3 <= ao['range:2-6']['tokens'] <= 6 * 3
+    # a middle and its length is a rarer event than the middle given its length
+    assert fim['range:2-6']['nll']['fim_unknown'] > fim['range:2-6']['nll']['fim'] > 0
+    assert ao['range:2-6']['nll']['unknown'] > ao['range:2-6']['nll']['gap_l2r']
+
+
+@pytest.mark.parametrize('args,named', [
+    (('--gaps=range:1-8', '--block_size=32'), ('--block_size=32', 'at most 25')),
+    (('--gaps=span:4', '--block_size=32', 'fim'), ('--block_size=32', 'FIM GPT', 'at most 28'))])
+def test_eval_ppl_gap_chunks_too_long_for_the_model(workdir, char_ckpt, fim_ckpt, args, named):
+    out_dir = fim_ckpt if args[-1] == 'fim' else char_ckpt
+    says(one_line_error('eval_ppl.py', f'--out_dir={out_dir}', *args[:2], '--device=cpu', cwd=workdir), *named)

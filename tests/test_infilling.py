@@ -9,29 +9,13 @@ import torch
 from aogpt import infilling
 from aogpt.engine import Sampling
 from aogpt.fim import fim_prompt, sentinel_ids
-from aogpt.infilling import fill_gap, fim_fill, fim_logprobs, length_logprobs, placed
+from aogpt.infilling import fill_gap, fill_scores, fim_fill, fim_logprobs, infill_middle, length_logprobs
 from configurator import parse_infill
-from conftest import DECODERS, TINY_BLOCK, decoder_id, tiny_model
+from conftest import DECODERS, TINY_BLOCK, decoder_id, slow_length_logprobs, tiny_model
 
 # a template of 9 tokens: 3 known, the gap (index 3), 2 known, one masked, 3 known
 IDS = [3, 1, 4, 1, 5, 0, 9, 2, 6]
 KNOWN = [True, True, True, True, True, False, True, True, True]
-
-
-def slow_length_logprobs(model, ids, known, at, lengths):
-    """For each L a full forward over the template with the gap placed: the known tokens before the gap, then those
-    after it, then the rest; the log-likelihood of those after, normalised over the lengths."""
-    scores = []
-    for L in lengths:
-        row, row_known = placed(ids, known, at, L)
-        before = [i for i in range(at) if row_known[i]]
-        after = [i for i in range(at + L, len(row)) if row_known[i]]
-        rest = [i for i in range(len(row)) if i not in before + after]
-        order = torch.tensor(before + after + rest)
-        logits, _ = model(torch.tensor([row]), order[None])
-        logp = logits[0].log_softmax(-1)
-        scores.append(sum(float(logp[len(before) + j, row[i]]) for j, i in enumerate(after)))
-    return torch.tensor(scores, dtype=torch.float64).log_softmax(0)
 
 
 @pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)
@@ -153,3 +137,32 @@ def test_the_fim_gpts_probability_is_its_greedy_decoders_and_a_full_forward():
         row = row + [token]
     got = float(fim_logprobs(model, [(prefix, middle, suffix)], N, 1, 4)[0])
     assert abs(got - want) < 1e-5
+
+
+def slow_greedy_fill(model, prefix, suffix, L):
+    """AO-GPT's greedy middle of L tokens, a full forward per token: the known tokens read first, then the middle so
+    far, left to right; each token the most likely of all."""
+    row = prefix + [0] * L + suffix
+    known = [i for i in range(len(row)) if not len(prefix) <= i < len(prefix) + L]
+    order = torch.tensor(known + list(range(len(prefix), len(prefix) + L)))
+    for j in range(L):  # slot len(known) + j reads the known tokens and the middle's first j
+        logits, _ = model(torch.tensor([row]), order[None])
+        row[len(prefix) + j] = int(logits[0, len(known) + j].argmax())
+    return row[len(prefix):len(prefix) + L]
+
+
+@pytest.mark.parametrize('kind', DECODERS[:2] + DECODERS[3:4], ids=decoder_id)
+def test_ao_gpts_greedy_infill_is_the_posteriors_mode_filled_left_to_right(kind):
+    model, prefix, suffix = tiny_model(4, **kind), [1, 2, 3], [4, 5]
+    posterior = slow_length_logprobs(model, prefix + suffix, [True] * 5, 3, [1, 2, 3, 4])
+    for lo, hi in [(1, 4), (3, 3)]:
+        middle = infill_middle(model, prefix, suffix, lo, hi, Sampling(temperature=0), fim=False, n_tokens=11,
+                               choice='mode')
+        L = int(posterior.argmax()) + 1 if lo < hi else lo
+        assert middle == slow_greedy_fill(model, prefix, suffix, L)
+
+
+def test_fill_scores_count_what_a_reader_would():
+    assert fill_scores([1, 2, 3], [1, 2, 3]) == dict(exact=1.0, chars=1.0, length=1.0, length_error=0)
+    assert fill_scores([1, 9, 3, 4], [1, 2, 3]) == dict(exact=0.0, chars=0.5, length=0.0, length_error=1)
+    assert fill_scores([2], [1, 2]) == dict(exact=0.0, chars=0.0, length=0.0, length_error=1)  # aligned at the start

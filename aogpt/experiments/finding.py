@@ -12,6 +12,7 @@ class Sweep:
     runs: Callable  # (preset, chosen) -> {run name: train.py flags}
     choose: Callable  # (preset, chosen, runs folder) -> its choice, from its runs' losses
     first: Callable  # (preset, chosen) -> the choice the dry run plans with (the grid's first point)
+    more: Callable = None  # (preset, chosen, runs folder) -> {run name: flags} once runs are done: edge steps
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ and gen_ppl.py (jobs.py):
 3. Evaluations: eval_ppl.py (ensembles of context orders, the raw weights beside the EMA ones, the
    encoder's NELBO), gen_ppl.py (AO-GPT's and the encoder's samples, one scorer), generation times
    (every repeat kept, the two models taking turns).
-4. One PNG per figure, results.md and results.json in out_dir; with --readme, the README's
-   Findings section (between its findings markers) rewritten from them.
+4. One PNG per figure, results.md and results.json in out_dir (a call with --only keeps the other findings of an
+   earlier call's results.json at the same preset); with --readme, the README's Findings section (between its
+   findings markers) rewritten from them.
 """
 import os
 import sys
@@ -23,10 +24,10 @@ import torch
 
 from aogpt.common import at_least, check_settings, one_of
 from configurator import fail
-from aogpt.experiments.jobs import (PREEMPTED, Stopped, add_wall_minutes, read_metrics, run_jobs, train_job, unique,
-                             with_checkpoints)
+from aogpt.experiments.jobs import (PREEMPTED, Stopped, add_wall_minutes, read_json, read_metrics, run_jobs, train_job,
+                                    unique, with_checkpoints)
 from aogpt.experiments.measure import FLOOR, NOT_JUDGED, STUCK, Measured, unigram_entropy
-from aogpt.experiments.presets import PRESETS, SEEDS
+from aogpt.experiments.presets import KINDS, PRESETS, SEEDS
 from aogpt.experiments.registry import FINDINGS, RUN_LOSSES, selected_findings
 from aogpt.experiments.sweep import choose, grid_points, run_flags, same_runs, sweep_runs, sweep_section
 from aogpt.report import RULE, number, write_results
@@ -118,6 +119,25 @@ def analyse(findings, p, m, chosen, runs_dir):
     return results
 
 
+def earlier_findings(out, preset, findings):
+    """The findings of an earlier call's results.json in out, at the same preset, that this call does not run: kept,
+    so that --only=X rewrites X's section and leaves the others as they were."""
+    path = os.path.join(out, 'results.json')
+    if not os.path.exists(path):
+        return []
+    earlier = read_json(path, 'delete it, or run every finding again')
+    if earlier['settings'].get('preset') != preset:
+        return []
+    return [r for r in earlier['findings'] if r['finding'] not in ('sweep', *findings)]
+
+
+def swept(p, kind, runs_dir):
+    """Whether every run of a kind's sweep is done in runs_dir."""
+    return all(read_metrics(os.path.join(runs_dir, name))[-1:] and
+               read_metrics(os.path.join(runs_dir, name))[-1]['iter'] >= p['train']['max_iters']
+               for name in sweep_runs(p, [kind]))
+
+
 def write_readme(path, out, results, settings):
     """Rewrite the Findings section of the README at path (between its markers) from the results."""
     start, end = '<!-- findings:start -->', '<!-- findings:end -->'
@@ -150,7 +170,8 @@ def dry_plan(p, findings, seed_list, kinds, n_sweep):
     planned, choices = sweep_runs(p, kinds), {}
     for finding in [FINDINGS[name] for name in findings if FINDINGS[name].sweep]:
         runs = finding.sweep.runs(p, first)
-        print(f"then {finding.sweep.what}, {len(runs)} runs: {', '.join(runs)}")
+        print(f"then {finding.sweep.what}, {len(runs)} runs: {', '.join(runs)}" +
+              (', then the steps past its grid\'s edges that these call for' if finding.sweep.more else ''))
         planned, n_sweep = planned | runs, n_sweep + len(runs)
         choices[finding.name] = finding.sweep.first(p, first)
     runs = seed_runs(p, findings, seed_list, first, planned, choices)
@@ -172,6 +193,10 @@ def train_and_evaluate(p, findings, seed_list, kinds, sweep, runs_dir, n_workers
         runs = finding.sweep.runs(p, chosen)
         jobs = with_checkpoints([train_job(name, p, flags, folder(name)) for name, flags in runs.items()])
         ran, trained = ran + run_jobs(jobs, n_workers, p['threads']), trained + jobs
+        if finding.sweep.more:  # the steps its runs call for (past the grid's edge), once they are done
+            more = finding.sweep.more(p, chosen, runs_dir)
+            jobs = [train_job(name, p, flags, folder(name)) for name, flags in more.items()]
+            ran, trained, runs = ran + run_jobs(jobs, n_workers, p['threads']), trained + jobs, runs | more
         planned, choices[finding.name] = planned | runs, finding.sweep.choose(p, chosen, runs_dir)
     runs = seed_runs(p, findings, seed_list, chosen, planned, choices)
     folders = {name: folder(flags if isinstance(flags, str) else name) for name, flags in runs.items()}
@@ -207,8 +232,14 @@ def main(preset, only, out_dir, seeds, workers, readme, dry_run):
         sys.exit(PREEMPTED)
     m = Measured(folders, out, seed_list, unigram_entropy(p['dataset']), other_unigrams(p, findings, seed_list),
                  RUN_LOSSES)
+    earlier = earlier_findings(out, preset, findings)
+    if earlier:  # the sweep's section shows every kind swept here, the earlier calls' too
+        chosen = {kind: choose(p, kind, runs_dir) for kind in KINDS if swept(p, kind, runs_dir)}
     results = analyse(findings, p, m, chosen, runs_dir)
+    results = sorted(results + earlier, key=lambda r: ['sweep', *FINDINGS].index(r['finding']))
     trained = list(dict.fromkeys([folder(n) for n in planned] + list(folders.values())))
+    if earlier:  # the runs of every call, as the findings kept rest on them too
+        trained = [f for f in (folder(n) for n in sorted(os.listdir(runs_dir))) if read_metrics(f)]
     training = sum(read_metrics(f)[-1]['elapsed'] for f in trained) / 60
     settings = {'preset': preset, 'seeds': ', '.join(map(str, seed_list)), 'runs': len(trained),
                 'iterations per run': p['train']['max_iters'], 'training minutes, summed over runs': round(training, 1),

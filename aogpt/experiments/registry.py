@@ -3,8 +3,8 @@ The findings, in the order they run and report (results.md, results.json and the
 numbered by its figure that shows them (sample quality is its Table 2), then ours. --only names them.
 """
 from configurator import fail
-from aogpt.experiments import (adaln, adapt, ensembles, generation, infill, left_to_right, length, orders, plateau, scarce,
-                         streams)
+from aogpt.experiments import (adaln, adapt, ensembles, fim, generation, infill, left_to_right, length, orders, plateau,
+                               scarce, streams)
 from aogpt.experiments.presets import PRESETS
 
 FINDINGS = {finding.name: finding for finding in (
@@ -22,6 +22,7 @@ FINDINGS = {finding.name: finding for finding in (
     adapt.FINDING,
     streams.FINDING,
     scarce.FINDING,
+    fim.FINDING,
 )}
 ALIASES = {'5': '4', '7': '6'}
 # {run-name prefix: (name, final record) -> its own loss}: the runs the findings name otherwise than by their kind

@@ -60,6 +60,24 @@ def choose(p, kind, runs_dir):
     return best[0], best[1], rows
 
 
+def ladder_grid(ladders):
+    """The grid of ladders ({setting: (the step below, grid values ..., the step above)}, a step None where there is
+    none, as no dropout below 0): [{setting: value}] over the grid values, the steps left out."""
+    inner = [ladder[1:-1] for ladder in ladders.values()]
+    return [dict(zip(ladders, values)) for values in itertools.product(*inner)]
+
+
+def edge_points(ladders, best):
+    """The points one step past the grid's edge from its winner best: for each setting where best sits on the
+    grid's first or last value, best with that setting moved one rung out (where the ladder has that rung)."""
+    points = []
+    for key, ladder in ladders.items():
+        i = ladder.index(best[key])
+        steps = ([ladder[0]] if i == 1 else []) + ([ladder[-1]] if i == len(ladder) - 2 else [])
+        points += [best | {key: step} for step in steps if step is not None]
+    return points
+
+
 def same_runs(runs, planned):
     """runs with each one whose flags are those of a planned run ({name: flags}) or of an earlier one in
     runs replaced by that run's name: it is that run, not trained twice (a planned run's own name too)."""

@@ -1,0 +1,253 @@
+"""
+Ours, not the paper's: finding fim, infilling against the GPT people train for it. Arms: the GPT; the FIM GPT
+(train.py --fim_rate, aogpt/fim.py), which reads both sides of a gap and ends it with its end token; AO-GPT on the FIM
+mix and on l2r:0.5,fim:0.5 (the order mix closest to the FIM GPT, with every token at its place). Regimes: the
+preset's corpus with fresh data, and more as the preset lists them (a corpus, a prefix with early stopping).
+
+The protocol: each arm's learning rate and dropout are swept together in each regime on a seed that is not
+reported (SWEEP_SEED); a winner on an edge of the grid gets one step past it (sweep.edge_points); the lowest reading
+in the arm's own objective wins (RULE). The reported seeds are then trained fresh at the winner, and every interval
+has the seed as its unit.
+"""
+import itertools
+import math
+import os
+
+from aogpt.experiments.finding import Finding, Sweep
+from aogpt.experiments.jobs import read_metrics, script_job
+from aogpt.experiments.measure import claim, comparable
+from aogpt.experiments.orders import FIM_MIX
+from aogpt.experiments.readings import arm_of
+from aogpt.experiments.sweep import edge_points, ladder_grid, run_flags
+from aogpt.report import spread, unpaired_interval
+
+SWEEP_SEED = 7  # none of presets.SEEDS: the sweep's runs are never reported seeds
+FREE = 0.02  # nats: "FIM for free" holds within this of the GPT
+L2R_FIM = 'l2r:0.5,fim:0.5'
+# {arm: (label, kind, its train.py flags, its own objective: {metrics key: weight})}
+FIM_ARMS = {
+    'gpt': ('left-to-right GPT', 'l2r', {}, {'val_l2r': 1.0}),
+    'fim50': ('FIM GPT, FIM rate 0.5', 'l2r', dict(fim_rate=0.5), {'val_l2r': 1.0}),
+    'fim90': ('FIM GPT, FIM rate 0.9', 'l2r', dict(fim_rate=0.9), {'val_l2r': 1.0}),
+    'ao-fim-mix': ('AO-GPT, 10% left to right, 40% FIM orders, 50% random', 'mixed', dict(order_mix=FIM_MIX),
+                   {'val_l2r': 0.1, 'val_ao': 0.9}),
+    'ao-l2r-fim': ('AO-GPT, 50% left to right, 50% FIM orders', 'mixed', dict(order_mix=L2R_FIM),
+                   {'val_l2r': 0.5, 'val_ao': 0.5}),
+}
+RULE = ("each arm's learning rate and dropout swept together in each regime on seed {seed}, a winner on the grid's "
+        'edge given one step past it; the lowest validation loss in the arm\'s own objective wins (at the last '
+        'evaluation, or at the best one where the regime keeps the best): the GPT and the FIM GPT left to right (a '
+        "FIM GPT's val windows are plain text), AO-GPT its left-to-right share on val_l2r and the rest on val_ao")
+
+
+def point_tag(point):
+    return f"lr{point['learning_rate']:g}-d{point['dropout']:g}"
+
+
+def fim_run(arm, regime, seed):
+    return f'fim-{arm}-{regime}-s{seed}'
+
+
+def sweep_run(arm, regime, point):
+    return f'fim-sweep-{arm}-{regime}-{point_tag(point)}'
+
+
+def fim_flags(p, chosen, arm, regime, seed, point):
+    """train.py's flags of one run: its kind's chosen settings at the point's learning rate (min_lr a tenth), the
+    arm's own flags, the point's dropout and the regime's flags; no gaps read in training (eval_ppl.py reads them)."""
+    _, kind, own, _ = FIM_ARMS[arm]
+    flags = run_flags(p, kind, chosen[kind][0] | dict(learning_rate=point['learning_rate']), seed)
+    if own.get('order_mix'):
+        del flags['random_ratio']
+    return flags | own | dict(dropout=point['dropout'], eval_gaps='') | p['fim']['regimes'][regime]
+
+
+def arm_regimes(p):
+    return list(itertools.product(p['fim']['arms'], p['fim']['regimes']))
+
+
+def grid_runs(p, chosen):
+    """The sweep's grid, {name: flags}: every arm in every regime at every point, on SWEEP_SEED."""
+    return {sweep_run(arm, regime, pt): fim_flags(p, chosen, arm, regime, SWEEP_SEED, pt)
+            for arm, regime in arm_regimes(p) for pt in ladder_grid(p['fim']['ladders'])}
+
+
+def selection_loss(arm, regime, p, records):
+    """A run's loss in its arm's own objective: at its last evaluation, or at its best where the regime keeps one."""
+    objective = FIM_ARMS[arm][3]
+    loss = lambda r: sum(w * r[k] for k, w in objective.items())
+    return min(map(loss, records)) if p['fim']['regimes'][regime].get('keep_best') else loss(records[-1])
+
+
+def swept_points(p, runs_dir, arm, regime):
+    """{point: loss} of the sweep runs of an arm in a regime that have finished, grid and edge steps."""
+    ladders, out = p['fim']['ladders'], {}
+    values = [[v for v in ladder if v is not None] for ladder in ladders.values()]
+    for combo in itertools.product(*values):
+        point = dict(zip(ladders, combo))
+        records = read_metrics(os.path.join(runs_dir, sweep_run(arm, regime, point)))
+        if records:
+            out[tuple(combo)] = selection_loss(arm, regime, p, records)
+    return out
+
+
+def winner(p, runs_dir, arm, regime):
+    losses = swept_points(p, runs_dir, arm, regime)
+    return dict(zip(p['fim']['ladders'], min(losses, key=losses.get)))
+
+
+def edge_runs(p, chosen, runs_dir):
+    """The edge steps, {name: flags}: for each arm and regime whose grid winner sits on an edge, the point one step
+    past it (sweep.edge_points)."""
+    runs = {}
+    for arm, regime in arm_regimes(p):
+        losses = swept_points(p, runs_dir, arm, regime)
+        grid = [tuple(pt.values()) for pt in ladder_grid(p['fim']['ladders'])]
+        best = dict(zip(p['fim']['ladders'], min(grid, key=losses.get)))
+        runs |= {sweep_run(arm, regime, pt): fim_flags(p, chosen, arm, regime, SWEEP_SEED, pt)
+                 for pt in edge_points(p['fim']['ladders'], best)}
+    return runs
+
+
+def choose_points(p, chosen, runs_dir):
+    """{(arm, regime): its winning point over the grid and the edge steps}."""
+    return {(arm, regime): winner(p, runs_dir, arm, regime) for arm, regime in arm_regimes(p)}
+
+
+def first_points(p, chosen):
+    first = ladder_grid(p['fim']['ladders'])[0]
+    return {(arm, regime): first for arm, regime in arm_regimes(p)}
+
+
+def fim_runs(p, chosen, seed_list, points):
+    """The reported runs, {name: flags}: every arm in every regime on every seed, fresh, at its sweep's winner."""
+    return {fim_run(arm, regime, s): fim_flags(p, chosen, arm, regime, s, points[arm, regime])
+            for arm, regime in arm_regimes(p) for s in seed_list}
+
+
+def own_loss(name, final):
+    """A run's final loss in its arm's own objective (a sweep run's too)."""
+    arm = arm_of(name.replace('fim-sweep-', 'fim-'), FIM_ARMS)
+    return sum(w * final[k] for k, w in FIM_ARMS[arm][3].items())
+
+
+def checkpoint(p, regime, folder):
+    return os.path.join(folder, 'best.pt' if p['fim']['regimes'][regime].get('keep_best') else 'ckpt.pt')
+
+
+def evaluations(p, seed_list, folders):
+    """eval_ppl.py on each reported run, on the half of val that chose nothing: left to right (fim_l2r.json); gaps of
+    given lengths (fim_gaps.json) and of a range of lengths, scored and filled with the length given and not
+    (fim_range.json), on chunks that leave the FIM GPT's sentinels and the range room (FIM_JOBS)."""
+    jobs = []
+    for arm, regime in arm_regimes(p):
+        dataset = p['fim']['regimes'][regime].get('dataset', p['dataset'])
+        for name in [fim_run(arm, regime, s) for s in seed_list]:
+            base = dict(init_from=checkpoint(p, regime, folders[name]), dataset=dataset, half='report',
+                        max_chunks=p['fim']['eval']['max_chunks'])
+            for file, flags in fim_jobs(p['fim']['eval']).items():
+                jobs.append(script_job(f'{file} {name}', 'eval_ppl.py', base | flags,
+                                       os.path.join(folders[name], f'fim_{file}.json'), needs=[folders[name]]))
+    return jobs
+
+
+def fim_jobs(e):
+    """{file: eval_ppl.py flags} of one run's evaluations."""
+    return {'l2r': dict(ensemble=1),
+            'gaps': dict(gaps=','.join(f'span:{L}' for L in e['spans']), block_size=e['block']),
+            'range': dict(gaps=f"range:{e['range'][0]}-{e['range'][1]}", fills='greedy,sample',
+                          block_size=e['range_block'])}
+
+
+CLAIMS = {
+    'free': '(Ours{on}) FIM for free: the FIM GPT at rate {rate} reads left to right as well as the GPT, within '
+            '{tolerance} nats (effect: its val NLL per character minus the GPT\'s; holds if the interval lies within '
+            '±{tolerance}).',
+    'given': "(Ours{on}) {arm} fills gaps of {gap} characters, their length given, better than the FIM GPT at rate "
+             "{rate} (effect: the FIM GPT's NLL per gap character minus AO-GPT's; the FIM GPT's end token masked "
+             'out and the rest renormalised at each step).',
+    'unknown': "(Ours{on}) {arm} scores a gap of {gap} characters and its length better than the FIM GPT at rate "
+               "{rate} (effect: the FIM GPT's NLL of the middle and its end token minus AO-GPT's -log p(L | both "
+               'sides) - log p(middle | both sides, L), per gap character, the lengths uniform over the range and '
+               'known to lie in it).',
+    'fills': "(Ours{on}) With the length unknown, {arm}'s greedy fills of gaps of {gap} characters beat the FIM GPT's "
+             "at rate {rate} on {what} (effect: AO-GPT's share minus the FIM GPT's; each fill the most likely length, "
+             'then the most likely token at each step).',
+    'tax': "(Ours{on}) {arm} reads left to right worse than the FIM GPT at rate {rate} (effect: AO-GPT's val NLL per "
+           "character minus the FIM GPT's): the price of any order against the price of FIM.",
+}
+FILL_WHAT = {'exact': 'exact match (the whole middle right)',
+             'chars': "character accuracy (aligned at the gap's start)", 'length': 'the length right'}
+
+
+def results_of(m, name, file, setting=None):
+    result = next(iter(m.read(name, f'fim_{file}.json')['results'].values()))
+    return result[setting] if setting else result
+
+
+def regime_results(m, p, regime):
+    """One regime's figure and claims."""
+    e, arms = p['fim']['eval'], p['fim']['arms']
+    runs = {arm: [fim_run(arm, regime, s) for s in m.seed_list] for arm in arms}
+    label = {arm: FIM_ARMS[arm][0] for arm in arms}
+    on = '' if regime == next(iter(p['fim']['regimes'])) else f', {regime}'
+    l2r = lambda arm: [math.log(results_of(m, n, 'l2r')['ppl']['l2r']) for n in runs[arm]]
+    gap = lambda arm, setting, column: [results_of(m, n, 'gaps' if setting.startswith('span') else 'range',
+                                                   setting)['nll'][column] for n in runs[arm]]
+    fill = lambda arm, mode, key: [results_of(m, n, 'range', rng)['fills'][f'{mode}, length unknown'][key]
+                                   for n in runs[arm]]
+    rng = f"range:{e['range'][0]}-{e['range'][1]}"
+    spans = [f'span:{L}' for L in e['spans']]
+    fims = [arm for arm in arms if FIM_ARMS[arm][2].get('fim_rate')]
+    aos = [arm for arm in arms if FIM_ARMS[arm][1] == 'mixed']
+    column = lambda arm, unknown=False: ('fim_unknown' if unknown else 'fim') if arm in fims else \
+        ('unknown' if unknown else 'gap_l2r') if arm in aos else 'left'
+    numbers = {f'{label[arm]}: left to right (nats/char)': spread(l2r(arm)) for arm in arms}
+    numbers |= {f'{label[arm]}: {s}, length given': spread(gap(arm, s, column(arm))) for arm in arms
+                for s in spans + [rng]}
+    numbers |= {f'{label[arm]}: {rng}, length unknown': spread(gap(arm, rng, column(arm, True)))
+                for arm in fims + aos}
+    numbers |= {f'{label[arm]}: {rng}, {mode} fills, {key}': spread(fill(arm, mode, key)) for arm in fims + aos
+                for mode in ('greedy', 'sample') for key in (*FILL_WHAT, 'length_error')}
+    stuck = m.stuck([n for names in runs.values() for n in names])
+    claims, said = [], lambda key, **kw: CLAIMS[key].format(on=on, **kw)
+    rate = lambda arm: FIM_ARMS[arm][2]['fim_rate']
+    for f in fims:
+        claims.append(claim(said('free', rate=rate(f), tolerance=FREE), numbers if not claims else {},
+                            unpaired_interval(l2r(f), l2r('gpt')), stuck=stuck,
+                            decide=lambda interval, _: comparable(interval, FREE)))
+        for a in aos:
+            text = dict(arm=label[a], rate=rate(f))
+            claims += [claim(said('given', gap=s.partition(':')[2], **text), {},
+                             unpaired_interval(gap(f, s, 'fim'), gap(a, s, 'gap_l2r')), stuck=stuck)
+                       for s in spans + [rng]]
+            claims.append(claim(said('unknown', gap=f"{e['range'][0]} to {e['range'][1]}", **text), {},
+                                unpaired_interval(gap(f, rng, 'fim_unknown'), gap(a, rng, 'unknown')),
+                                stuck=stuck))
+            claims += [claim(said('fills', what=FILL_WHAT[key], gap=f"{e['range'][0]} to {e['range'][1]}", **text), {},
+                             unpaired_interval(fill(a, 'greedy', key), fill(f, 'greedy', key)), stuck=stuck)
+                       for key in FILL_WHAT]
+            claims.append(claim(said('tax', **text), {}, unpaired_interval(l2r(a), l2r(f)), stuck=stuck))
+    lengths = [int(s.partition(':')[2]) for s in spans]
+    figure = m.figure(f'ours_fim_{regime}.png', f'(Ours) Gaps of a given length, {regime}',
+                      'gap (characters, one per val chunk)', 'NLL per gap character (nats)',
+                      [(label[arm], lengths, [gap(arm, s, column(arm)) for s in spans]) for arm in arms], logx=True)
+    return [figure], claims
+
+
+def finding_fim(m, p, runs_dir):
+    """The sweep's choices, then each regime's figure and claims."""
+    numbers = {f'{arm}, {regime}': point_tag(pt) for (arm, regime), pt in choose_points(p, {}, runs_dir).items()}
+    figures, claims = [], [dict(claim=RULE.format(seed=SWEEP_SEED), numbers=numbers, verdict='chosen')]
+    for regime in p['fim']['regimes']:
+        more = regime_results(m, p, regime)
+        figures, claims = figures + more[0], claims + more[1]
+    return figures, claims
+
+
+FINDING = Finding('fim', '(Ours) Infilling against the FIM GPT, the GPT people train for it', ('l2r', 'mixed'),
+                  finding_fim, runs=fim_runs, evaluations=evaluations, kind_seeds=False,
+                  needs=('fim', 'has no FIM GPT arms: use --preset=cpu'),
+                  sweep=Sweep("finding fim's sweep of the learning rate and dropout", grid_runs, choose_points,
+                              first_points, more=edge_runs),
+                  losses={'fim-': own_loss})
