@@ -6,6 +6,7 @@ Speed figures as ratios, measured side by side in one run on the same model and 
         --block_size=1024 --batch_size=16
     python bench.py --run=speculate --checkpoint=out-shakespeare-char/ckpt.pt   # speculative decoding, trained
     python bench.py --run=step --checkpoint=out-shakespeare-char/ckpt.pt        # eager against compiled steps
+    python bench.py --run=infill                    # a gap of no length: AO-GPT's posterior and fill vs the FIM GPT
 
 training: tokens/s of whole training steps (order sampling, forward, backward, AdamW) with
 left-to-right orders ('l2r', a plain GPT) and with the any-order mix ('mixed', 90% random
@@ -55,6 +56,10 @@ batches' worth of samples of `speculate_tokens` tokens drawn as gen_ppl.py draws
 `sample_block_size` (GPT-2's vocabulary by default). How many drafts are kept depends on how much the
 model's predictions depend on each other, so a random model's figures say little about a trained
 one's: give a trained `checkpoint`.
+infill: a gap of no given length, at batch 1 and 16 (`infill_batches`), block `sample_block_size`: AO-GPT's length
+posterior over 1..`infill_cap` then its fill at the most likely length, left to right with its cache, against the FIM
+GPT's cached generation of as many tokens after its prompt (the same network and weights), with the posterior's own
+time and the ratio; median of `rounds`, taking turns.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
@@ -73,6 +78,7 @@ from aogpt.common import (at_least, autocast, check_device, check_settings, find
                           peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
 from aogpt.decoding import generate, generate_many
 from aogpt.engine import Sampling, compile_decoding
+from aogpt.infilling import fill_gap, fim_fill, length_logprobs
 from aogpt.sampling import TOP_P_RULE, parse_list
 from aogpt.scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
 from aogpt.speculative import Speculation, auto_k
@@ -102,6 +108,8 @@ speculate_k = '2,4,8,16,auto'  # speculate: the k to try ('auto': what --specula
 speculate_top_p = '1.0,0.9'  # speculate: each top_p to sample with
 speculate_tokens = 256  # speculate: tokens per sample (at most the block)
 generate_tokens = 200  # generate: new tokens a row (at most sample_block_size - 2)
+infill_cap = 64  # infill: the longest gap tried (lengths 1 to it)
+infill_batches = '1,16'  # infill: the batch sizes
 step_tokens = 256  # step: tokens decoded one per step, after a prompt of the rest of the block
 step_batches = '1,16'  # step: the batch sizes
 sync_check = False  # step, on CUDA: count the host syncs of a compiled call (at step_tokens and half as many steps)
@@ -116,7 +124,8 @@ authors_dir = ''  # long: a checkout of the authors' repository (github.com/scxu
 
 # the benchmarks that read each setting of the rules below: a setting is checked only where --run names one of them
 READ_BY = {'sample_steps': ('sample', 'long', 'arch'), 'speculate_k': ('speculate',),
-           'speculate_tokens': ('speculate',), 'step_tokens': ('step',), 'generate_tokens': ('generate',)}
+           'speculate_tokens': ('speculate',), 'step_tokens': ('step',), 'generate_tokens': ('generate',),
+           'infill_cap': ('infill',)}
 
 
 def check_inputs():
@@ -136,6 +145,9 @@ def check_inputs():
         'generate_tokens': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
                             f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a next '
                             f'position take the rest'),
+        'infill_cap': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 5,
+                       f'an int from 1 to sample_block_size - 5 ({sample_block_size - 5}): the sides (a token each '
+                       "at least) and the FIM GPT's 3 sentinels take the rest"),
     }
     check_settings(globals(), {key: rule for key, rule in rules.items() if runs & set(READ_BY[key])})
     if 'speculate' in runs:
@@ -147,6 +159,8 @@ def check_inputs():
              f'to --run or drop --checkpoint')
     if 'step' in runs:
         parse_list('step_batches', step_batches, int, at_least(1))
+    if 'infill' in runs:
+        parse_list('infill_batches', infill_batches, int, at_least(1))
     if sync_check and not device.startswith('cuda'):
         fail('--sync_check counts what CUDA calls host syncs: it needs --device=cuda')
     if authors_dir and ('long' not in runs or sample_block_size != 1024 or cond_dim != 128):
@@ -519,9 +533,38 @@ def bench_generate():
               f'{cached / sampled:>15.1f}x {"yes" if same else "no":>12}')
 
 
+def bench_infill():
+    """A gap of no given length: AO-GPT's length posterior over 1..infill_cap, then its fill at the most likely length
+    (the prefix's cache shared; the fill cached), against the FIM GPT's cached generation of as many tokens after its
+    prompt (its end token held to that length: the same tokens written), the same network and weights."""
+    torch.manual_seed(seed)
+    T, cap = sample_block_size, infill_cap
+    model, n_tokens = build(T).eval(), min(vocab_size - 4, 50257)  # the FIM GPT's sentinels after the tokens
+    side = (T - cap - 3) // 2
+    ids = torch.randint(n_tokens, (2 * side,)).tolist()
+    sampling, ctx = Sampling(), autocast(device, dtype)
+    print(f'infill: {model.get_num_params() / 1e6:.1f}M params, block {T}, a gap of 1 to {cap} tokens between '
+          f'{side} and {side} known, {device} {dtype}')
+    print(f'  {"batch":>6} {"length":>7} {"AO-GPT":>9} {"posterior":>10} {"FIM GPT":>9} {"AO-GPT/FIM":>11}')
+    for batch in parse_list('infill_batches', infill_batches, int, at_least(1)):
+        posterior = functools.partial(length_logprobs, model, ids, [True] * len(ids), side, list(range(1, cap + 1)),
+                                      n_tokens)
+        with ctx, torch.no_grad():
+            L = int(posterior().argmax()) + 1
+        runs = dict(posterior=posterior,
+                    ao=lambda: fill_gap(model, ids, [True] * len(ids), side, batch, sampling, n_tokens=n_tokens,
+                                        cap=cap, choice='mode', order='l2r'),
+                    fim=lambda: fim_fill(model, ids[:side], ids[side:], n_tokens, L, L, batch, sampling))
+        with ctx, torch.no_grad():
+            seconds = median_seconds(runs, rounds)
+        print(f"  {batch:>6} {L:>7} {seconds['ao']:>8.3f}s {seconds['posterior']:>9.3f}s {seconds['fim']:>8.3f}s "
+              f"{seconds['ao'] / seconds['fim']:>10.2f}x")
+
+
 BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'step': bench_steps,
            'long': bench_long, 'memory': bench_memory,
-           'arch': bench_architectures, 'speculate': bench_speculation, 'generate': bench_generate}
+           'arch': bench_architectures, 'speculate': bench_speculation, 'generate': bench_generate,
+           'infill': bench_infill}
 
 if __name__ == '__main__':
     configure(globals(), doc=__doc__)

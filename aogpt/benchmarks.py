@@ -124,7 +124,7 @@ SETS = {
                          read_lines, lm1b_detokenize),
 }
 # every corpus a data/<name>/prepare.py tokenizes (GPT-2 BPE or characters): its val.bin
-BIN_SETS = ('openwebtext', 'python', 'shakespeare', 'shakespeare_char', 'wikitext2_char')
+BIN_SETS = ('openwebtext', 'python', 'python_char', 'shakespeare', 'shakespeare_char', 'wikitext2_char')
 KNOWN = (*SETS, *BIN_SETS)
 
 

@@ -14,6 +14,7 @@ from .engine import KVCache, cache_place, make_engine, sample_tokens
 from .fim import fim_prompt, sentinel_ids
 
 SLOTS_PER_PASS = 32768  # candidate rows x slots of one forward of the posterior: its memory, whatever the lengths
+LOGITS_PER_PASS = 2 ** 25  # and slots x vocabulary of its logits (128 MiB of float32), at GPT-2's 50,304 rows too
 
 
 def placed(ids, known, at, length):
@@ -38,7 +39,7 @@ def length_logprobs(model, ids, known, at, lengths, n_tokens=None):
     known tokens after index `at`, placed L positions on, read left to right after the known tokens before `at`, also
     left to right; unknown positions elsewhere are left out of the order (a decoder's joint over a subset of positions
     is its marginal). One pass: the slots before the gap's last known token are read once and their cache shared by
-    every candidate, in batches of SLOTS_PER_PASS slots."""
+    every candidate, in batches of at most SLOTS_PER_PASS slots and LOGITS_PER_PASS logits."""
     check_lengths(model, ids, at, lengths)
     device = next(model.parameters()).device
     x = torch.tensor(ids, device=device)
@@ -52,7 +53,8 @@ def length_logprobs(model, ids, known, at, lengths, n_tokens=None):
         shared.commit(len(before) - 1)
     if not after:  # nothing after the gap says how long it is
         return torch.full((len(lengths),), -math.log(len(lengths)), dtype=torch.float64, device=device)
-    rows = max(1, SLOTS_PER_PASS // (len(after) + 1))
+    slots = min(SLOTS_PER_PASS, LOGITS_PER_PASS // model.config.vocab_size)
+    rows = max(1, slots // (len(after) + 1))
     scores = [suffix_logprobs(model, x, shared, before[-1], after, lengths[i:i + rows], n_tokens)
               for i in range(0, len(lengths), rows)]
     return torch.cat(scores).double().log_softmax(0)

@@ -81,6 +81,33 @@ def test_python_corpus_is_the_standard_library_and_trains(tmp_path):
 
 
 @pytest.mark.slow  # a whole corpus prepared and trained on
+def test_python_char_is_the_ascii_standard_library_by_file_and_trains(tmp_path):
+    """data/python_char: data/python's files and split, those in ASCII alone, joined in sorted order, as characters;
+    a tiny model trains on it."""
+    for name in ('shakespeare_char', 'shakespeare', 'python', 'python_char'):  # it shares the others' helpers
+        (tmp_path / 'data' / name).mkdir(parents=True)
+        shutil.copy(os.path.join(ROOT, 'data', name, 'prepare.py'), tmp_path / 'data' / name)
+    subprocess.run([sys.executable, tmp_path / 'data' / 'python_char' / 'prepare.py'], check=True, capture_output=True)
+    folder = tmp_path / 'data' / 'python_char'
+    root = sysconfig.get_paths()['stdlib']
+    paths = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+                   if f.endswith('.py') and not {'site-packages', 'dist-packages', '__pycache__'} & set(d.split(os.sep)))
+    val = ''
+    for path in [p for p in paths if zlib.crc32(p.encode()) % 50 == 0]:
+        try:
+            text = open(os.path.join(root, path), encoding='utf-8').read()
+        except UnicodeDecodeError:
+            continue
+        val += text if text.isascii() else ''
+    meta = pickle.load(open(folder / 'meta.pkl', 'rb'))
+    ids = np.fromfile(folder / 'val.bin', dtype=np.uint16)
+    assert ''.join(meta['itos'][i] for i in ids.tolist()) == val and meta['vocab_size'] <= 128
+    run_script('train.py', '--dataset=python_char', *TINY, '--max_iters=4', '--eval_interval=4', '--out_dir=out-pc',
+               cwd=tmp_path)
+    assert metrics(tmp_path, 'out-pc')[-1]['iter'] == 4
+
+
+@pytest.mark.slow  # a whole corpus prepared and trained on
 def test_wikitext2_char_is_the_detokenized_validation_articles_and_trains(tmp_path):
     """data/wikitext2_char: WikiText-2's validation rows, detokenized by the authors' rule and joined, the first 90% of
     the characters train and the rest val, ids of the sorted characters; a tiny model trains on it."""
@@ -153,7 +180,8 @@ def test_openwebtext_tokenize_and_write(tmp_path):
         assert ids.tolist() == expected
 
 
-@pytest.mark.parametrize('name', ['shakespeare_char', 'shakespeare', 'python', 'openwebtext', 'wikitext2_char'])
+@pytest.mark.parametrize('name', ['shakespeare_char', 'shakespeare', 'python', 'python_char', 'openwebtext',
+                                  'wikitext2_char'])
 def test_a_prepare_script_refuses_an_argument_it_would_ignore(name, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(ROOT, 'data', name, 'prepare.py'), '--bogus=1'],
                             capture_output=True, text=True, cwd=tmp_path)

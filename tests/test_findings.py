@@ -636,7 +636,7 @@ def write_arm(runs, name, l2r, ao, gap_both, gap_left, nll, column='gap_l2r'):
 
 
 def test_the_orders_claims_read_each_arms_numbers(tmp_path):
-    """Synthetic arms with known numbers: the tax, the gaps against the GPT's left side, the FIM GPT, the
+    """Synthetic arms with known numbers: the tax, the gaps against the GPT's left side, the l2r-FIM mix, the
     any-order cost, the samples and the longer pair's tax come out as built."""
     from aogpt.experiments.measure import Measured, NOT_JUDGED
     from aogpt.experiments.orders import ORDER_ARMS, finding_orders, order_run
@@ -681,7 +681,7 @@ def test_the_orders_claims_read_each_arms_numbers(tmp_path):
     gaps = '(Ours) {arm} fills gaps better than'
     # the GPT's left side (1.5 + L/100) minus the arm's both sides, over spans 1 and 4 (32 is the block)
     assert effect(gaps, 'fim-mix') == pytest.approx(0.2) and effect(gaps, 'encoder') == pytest.approx(-0.2)
-    assert effect('(Ours) {arm} fills gaps at least as well as the FIM GPT', 'paper') == pytest.approx(-0.45)
+    assert effect('(Ours) {arm} fills gaps at least as well as the l2r-FIM mix', 'paper') == pytest.approx(-0.45)
     assert effect('(Ours) {arm} keeps its any-order loss', 'l2r50') == pytest.approx(0.03)
     assert effect("(Ours) {arm} fills gaps better than the paper's mix", 'fim-mix') == pytest.approx(0.5)
     assert effect("(Ours) {arm}'s samples at 32 steps", 'fim-gpt') == pytest.approx(0.8)
@@ -1012,8 +1012,8 @@ def write_scarce_arm(runs, name, arm, shift, dataset='shakespeare_char'):
 
 def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     """Synthetic arms with known curves: each claim reads each run at its lowest selection reading (not its last, not
-    its lowest val), the ensemble against the GPT and the mixture of its seeds is paired by chunk, and the crossover
-    is the first epoch whose best so far is below the GPT's ('never' against itself). A second corpus's prefix (two
+    its lowest val), the ensemble against the GPT and the mixture of its seeds has the seed as its unit, and the
+    crossover is the first epoch whose best so far is below the GPT's ('never' against itself). A second corpus's prefix (two
     arms, the FIM mix 0.1 lower) gets its own figure and claims, named after it."""
     from aogpt.experiments.measure import Measured
     from aogpt.experiments.presets import PRESETS
@@ -1051,6 +1051,8 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
     expected = sum(m_ - (a + 0.01) for m_, a in zip(mixture, (1.8, 2.0))) / 2
     assert effect("(Ours) On 2,000 characters, {arm} with an ensemble of 4 context orders reads better than the "
                   'mixture') == pytest.approx(expected)
+    ensembles = [c['numbers']['effect [95% interval] (n)'].n for c in claims if 'context orders' in c['claim']]
+    assert ensembles[:2] == ['2 vs 2 runs', '1 vs 2 runs']  # seeds, not chunks: the mixture is one model
     cost = next(c['numbers'] for c in claims if 'mixture' in c['claim'])
     assert cost["slots read per chunk of 32: the ensemble of 4 / the mixture of the GPT's 2 seeds"] == \
         f'{33 + 3 * sum(range(2, 33)):,} / 66'

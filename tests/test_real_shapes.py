@@ -131,3 +131,39 @@ def test_encoder_trains_evaluates_and_samples(workdir, real_mdm):
                                 '--device=cpu', cwd=workdir)
     print(f'sample.py on the encoder, 1024 tokens in 16 steps: peak {peak:.0f} MB')
     assert len(out.split('\n---------------\n')[:-1]) == 2 and peak < 3000
+
+
+LONG_TEMPLATE = 'The ships sailed at dawn from the harbour, and the town watched them go. ' * 40  # ~640 BPE tokens
+
+
+@pytest.mark.needs('gpt2_bpe')
+def test_a_gap_of_no_length_in_a_block_of_1024(workdir, real_ckpt):
+    """AO-GPT's length posterior over 64 lengths after a prefix of ~320 tokens, each placing a suffix of ~320: its
+    logits go through in passes (infilling.LOGITS_PER_PASS), not as 64 x 320 x 50,304 floats at once (4 GB)."""
+    half = LONG_TEMPLATE[:len(LONG_TEMPLATE) // 2]
+    out, peak = peak_memory_run('sample.py', '--out_dir=out-real', '--num_samples=2', '--device=cpu',
+                                '--dtype=float32', f'--infill={half}[MASK]{half}', '--gap_cap=64', cwd=workdir)
+    print(f'sample.py, [MASK] in a block of 1024, cap 64: peak {peak:.0f} MB')
+    assert out.count('gap of ') == 2 and peak < 2000
+
+
+@pytest.mark.needs('gpt2_bpe')
+def test_a_fim_gpt_trains_scores_and_fills_at_the_papers_shapes(workdir, bpe_ckpt):
+    out, peak = peak_memory_run('train.py', '--dataset=webtext', '--out_dir=out-real-fim', '--order=l2r',
+                                '--fim_rate=0.5', '--device=cpu', '--dtype=float32', '--compile=False', '--n_layer=2',
+                                '--n_head=2', '--n_embd=32', '--cond_dim=16', '--block_size=1024', '--batch_size=1',
+                                '--gradient_accumulation_steps=2', '--max_iters=2', '--eval_interval=2',
+                                '--eval_iters=1', '--warmup_iters=1', '--lr_decay_iters=2', cwd=workdir)
+    print(f'train.py --fim_rate=0.5, block 1024: peak {peak:.0f} MB')
+    assert 'saved checkpoint to out-real-fim' in out and peak < 2500
+    assert stored_checkpoint(workdir, 'out-real-fim')['model_args']['vocab_size'] == 50304  # the sentinels: spare rows
+    out, peak = peak_memory_run('eval_ppl.py', '--out_dir=out-real-fim', '--data_file=data/webtext/val.bin',
+                                '--gaps=range:1-16',
+                                '--max_chunks=2', '--fills=greedy', '--device=cpu', cwd=workdir)
+    print(f'eval_ppl.py --gaps=range:1-16 on the FIM GPT, chunks of 1,005: peak {peak:.0f} MB')
+    assert 'fim unknown' in out and 'greedy, length unknown' in out and peak < 2500
+    half = LONG_TEMPLATE[:len(LONG_TEMPLATE) // 2]
+    out, peak = peak_memory_run('sample.py', '--out_dir=out-real-fim', '--num_samples=2', '--device=cpu',
+                                f'--infill={half}[MASK]{half}', '--gap_cap=64', cwd=workdir)
+    print(f'sample.py, [MASK] on the FIM GPT in a block of 1024: peak {peak:.0f} MB')
+    assert out.count('gap of ') == 2 and peak < 2000

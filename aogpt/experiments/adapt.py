@@ -1,7 +1,7 @@
 """
 Ours, not the paper's: finding adapt, AO-GPT from a GPT. A left-to-right GPT trained for half (or 3/4) of the budget,
-then AO-GPT from its checkpoint (train.py --init_from) for the rest, its orders staged (--order_stages: the FIM GPT for
-a third, moving linearly to finding orders' FIM mix over the next third) or the FIM mix from the start, each
+then AO-GPT from its checkpoint (train.py --init_from) for the rest, its orders staged (--order_stages: the l2r-FIM mix
+for a third, moving linearly to finding orders' FIM mix over the next third) or the FIM mix from the start, each
 adaptation at the learning rate its own sweep (on the first seed) chose; against finding orders' GPT and FIM mix
 trained for the whole budget (its runs), at the same total iterations: its gaps against the GPT's left side, its
 left-to-right loss against the GPT's, its any-order loss against the FIM mix's; on the second corpus too, and at a
@@ -12,7 +12,7 @@ import os
 from aogpt.experiments.finding import Finding, Sweep
 from aogpt.experiments.jobs import read_metrics
 from aogpt.experiments.measure import LOSS, between_runs, claim, within
-from aogpt.experiments.orders import (AO_COST, FIM_GPT, FIM_MIX, ORDER_ARMS, TAX, arm_loss, order_flags, order_run,
+from aogpt.experiments.orders import (AO_COST, L2R_FIM, FIM_MIX, ORDER_ARMS, TAX, arm_loss, order_flags, order_run,
                                       scored_jobs)
 from aogpt.experiments.presets import SEEDS
 from aogpt.experiments.readings import (arm_numbers, corpus_file, corpus_title, gap_nll, inner_spans, said_on,
@@ -23,10 +23,10 @@ from aogpt.report import unpaired_interval
 # a left-to-right GPT trained for part of the budget, then AO-GPT from its checkpoint for the rest, against finding
 # orders' GPT and FIM mix trained for the whole budget (its runs): {arm: (label, kind)}, the GPT first
 ADAPT_ARMS = {'gpt': ORDER_ARMS['gpt'], 'fim-mix': ORDER_ARMS['fim-mix'],
-              'half-staged': ('GPT for half the budget, then AO-GPT, orders staged from the FIM GPT to the FIM mix',
+              'half-staged': ('GPT for half the budget, then AO-GPT, orders staged from the l2r-FIM mix to the FIM mix',
                               'mixed'),
               'half-plain': ('GPT for half the budget, then AO-GPT on the FIM mix', 'mixed'),
-              'cheap': ('GPT for 3/4 of the budget, then AO-GPT, orders staged from the FIM GPT to the FIM mix',
+              'cheap': ('GPT for 3/4 of the budget, then AO-GPT, orders staged from the l2r-FIM mix to the FIM mix',
                         'mixed')}
 # the adaptations: {arm: (its parent, staged orders)}; the parents: {parent: the GPT's share of the budget}
 ADAPTATIONS = {'half-staged': ('half', True), 'half-plain': ('half', False), 'cheap': ('3q', True)}
@@ -54,10 +54,10 @@ CLAIMS = {
 
 
 def adapt_stages(iters):
-    """--order_stages of a staged adaptation of `iters` iterations: the FIM GPT for the first third, moving linearly
+    """--order_stages of a staged adaptation of `iters` iterations: the l2r-FIM mix for the first third, moving linearly
     to the FIM mix over the second, the FIM mix for the last."""
     third = iters // 3
-    return f'{FIM_GPT}@0/{FIM_GPT}@{third}/{FIM_MIX}@{2 * third}'
+    return f'{L2R_FIM}@0/{L2R_FIM}@{third}/{FIM_MIX}@{2 * third}'
 
 
 def adapt_settings(p, seed_list):

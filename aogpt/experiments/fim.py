@@ -16,14 +16,13 @@ import os
 from aogpt.experiments.finding import Finding, Sweep
 from aogpt.experiments.jobs import read_metrics, script_job
 from aogpt.experiments.measure import claim, comparable
-from aogpt.experiments.orders import FIM_MIX
+from aogpt.experiments.orders import FIM_MIX, L2R_FIM
 from aogpt.experiments.readings import arm_of
 from aogpt.experiments.sweep import edge_points, ladder_grid, run_flags
 from aogpt.report import spread, unpaired_interval
 
 SWEEP_SEED = 7  # none of presets.SEEDS: the sweep's runs are never reported seeds
 FREE = 0.02  # nats: "FIM for free" holds within this of the GPT
-L2R_FIM = 'l2r:0.5,fim:0.5'
 # {arm: (label, kind, its train.py flags, its own objective: {metrics key: weight})}
 FIM_ARMS = {
     'gpt': ('left-to-right GPT', 'l2r', {}, {'val_l2r': 1.0}),
@@ -46,6 +45,11 @@ def point_tag(point):
 
 def fim_run(arm, regime, seed):
     return f'fim-{arm}-{regime}-s{seed}'
+
+
+def fim_regime(name):
+    """The regime of a reported run's name: fim-<arm>-<regime>-s<seed>."""
+    return name.rsplit('-', 2)[1]
 
 
 def sweep_run(arm, regime, point):
@@ -125,6 +129,13 @@ def fim_runs(p, chosen, seed_list, points):
             for arm, regime in arm_regimes(p) for s in seed_list}
 
 
+def fim_corpora(p, seed_list):
+    """[(dataset, {arm: run names})], a regime at a time."""
+    return [(flags.get('dataset', p['dataset']), {arm: [fim_run(arm, regime, s) for s in seed_list]
+                                                  for arm in p['fim']['arms']})
+            for regime, flags in p['fim']['regimes'].items()]
+
+
 def own_loss(name, final):
     """A run's final loss in its arm's own objective (a sweep run's too)."""
     arm = arm_of(name.replace('fim-sweep-', 'fim-'), FIM_ARMS)
@@ -140,9 +151,8 @@ def evaluations(p, seed_list, folders):
     given lengths (fim_gaps.json) and of a range of lengths, scored and filled with the length given and not
     (fim_range.json), on chunks that leave the FIM GPT's sentinels and the range room (FIM_JOBS)."""
     jobs = []
-    for arm, regime in arm_regimes(p):
-        dataset = p['fim']['regimes'][regime].get('dataset', p['dataset'])
-        for name in [fim_run(arm, regime, s) for s in seed_list]:
+    for dataset, runs in fim_corpora(p, seed_list):
+        for regime, name in [(fim_regime(n), n) for names in runs.values() for n in names]:
             base = dict(init_from=checkpoint(p, regime, folders[name]), dataset=dataset, half='report',
                         max_chunks=p['fim']['eval']['max_chunks'])
             for file, flags in fim_jobs(p['fim']['eval']).items():
@@ -247,7 +257,7 @@ def finding_fim(m, p, runs_dir):
 
 FINDING = Finding('fim', '(Ours) Infilling against the FIM GPT, the GPT people train for it', ('l2r', 'mixed'),
                   finding_fim, runs=fim_runs, evaluations=evaluations, kind_seeds=False,
-                  needs=('fim', 'has no FIM GPT arms: use --preset=cpu'),
+                  needs=('fim', 'has no FIM GPT arms: use --preset=cpu'), corpora=fim_corpora,
                   sweep=Sweep("finding fim's sweep of the learning rate and dropout", grid_runs, choose_points,
                               first_points, more=edge_runs),
                   losses={'fim-': own_loss})

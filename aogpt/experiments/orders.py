@@ -1,9 +1,9 @@
 """
 Ours, not the paper's: finding orders, the any-order tax. AO-GPT trained on other distributions over orders
 (train.py's --order_mix, --order_curriculum: the paper's mix, 50% left to right, a curriculum, a mix with FIM orders,
-a FIM GPT), each at the mixed kind's chosen settings, beside the l2r GPT and the encoder at theirs, all trained here
-with their gap NLLs recorded in training; their losses, gaps (both sides and left only), and samples at a few steps
-scored by the GPT's first run; each arm against the GPT, the FIM GPT and the paper's mix; and the longer pair (the
+the l2r-FIM mix), each at the mixed kind's chosen settings, beside the l2r GPT and the encoder at theirs, all trained
+here with their gap NLLs recorded in training; their losses, gaps (both sides and left only), and samples at a few steps
+scored by the GPT's first run; each arm against the GPT, the l2r-FIM mix and the paper's mix; and the longer pair (the
 paper's mix and the GPT at a multiple of the iterations): does the tax shrink; and some arms again on a second corpus
 at the same settings (cpu: WikiText-2's characters, prepared by data/wikitext2_char/prepare.py), the same claims there.
 Findings adapt and streams build on its runs.
@@ -29,9 +29,9 @@ ORDER_ARMS = {'gpt': ('left-to-right GPT', 'l2r'),
               'l2r50': ('AO-GPT, 50% left to right', 'mixed'),
               'curriculum': ("AO-GPT, the paper's mix after a curriculum from all left to right", 'mixed'),
               'fim-mix': ('AO-GPT, 10% left to right, 40% FIM, 50% random', 'mixed'),
-              'fim-gpt': ('FIM GPT: 50% left to right, 50% FIM', 'mixed'),
+              'fim-gpt': ('the l2r-FIM mix: 50% left to right, 50% FIM', 'mixed'),
               'encoder': ('encoder MDM', 'encoder')}
-FIM_MIX, FIM_GPT = 'l2r:0.1,fim:0.4,random:0.5', 'l2r:0.5,fim:0.5'  # finding orders' FIM mix and FIM GPT (--order_mix)
+FIM_MIX, L2R_FIM = 'l2r:0.1,fim:0.4,random:0.5', 'l2r:0.5,fim:0.5'  # orders' FIM mix, l2r-FIM mix (--order_mix)
 # what a preset without the order arms of findings orders, adapt and streams lacks (--only names it)
 NO_ARMS = 'has no order arms (its runs take days each): use --preset=cpu'
 CLAIMS = {
@@ -41,10 +41,10 @@ CLAIMS = {
     'orders gaps': '(Ours) {arm} fills gaps better than the left-to-right GPT reading the left side: its exact NLL '
                    "per gap token given both sides ({reading}) is below the GPT's from the left only (effect: the "
                    "GPT's NLL minus its own, nats per gap token, averaged over the spans {spans}).",
-    'orders fim': '(Ours) {arm} fills gaps at least as well as the FIM GPT (50% left to right, 50% FIM): its NLL per '
-                  "gap token given both sides is not above the FIM GPT's by more than the floor ({floor} nats) "
-                  '(effect: the FIM GPT minus it, averaged over the spans {spans}; holds if the interval lies above '
-                  'minus the floor).',
+    'orders fim': '(Ours) {arm} fills gaps at least as well as the l2r-FIM mix (50% left to right, 50% FIM): its NLL '
+                  "per gap token given both sides is not above the l2r-FIM mix's by more than the floor ({floor} "
+                  'nats) (effect: the l2r-FIM mix minus it, averaged over the spans {spans}; holds if the interval '
+                  'lies above minus the floor).',
     'orders gaps paper': "(Ours) {arm} fills gaps better than the paper's mix: its NLL per gap token given both "
                          "sides is below the paper's mix's (effect: the paper's mix's NLL minus its own, nats per gap "
                          'token, averaged over the spans {spans}).',
@@ -64,7 +64,7 @@ def order_arms(max_iters):
     """finding orders' order flags of each arm, over its kind's: the curriculum takes the first half of training."""
     return {'gpt': {}, 'paper': {}, 'l2r50': dict(random_ratio=0.5),
             'curriculum': dict(order_curriculum=max_iters // 2),
-            'fim-mix': dict(order_mix=FIM_MIX), 'fim-gpt': dict(order_mix=FIM_GPT), 'encoder': {}}
+            'fim-mix': dict(order_mix=FIM_MIX), 'fim-gpt': dict(order_mix=L2R_FIM), 'encoder': {}}
 
 
 def order_runs(p, chosen, seed_list):
@@ -112,7 +112,7 @@ def order_corpora(p, seed_list):
 
 
 def without_random_orders():
-    """finding orders' decoder arms trained on no random orders (the GPT, the FIM GPT): they sample left to right,
+    """finding orders' decoder arms trained on no random orders (the GPT, the l2r-FIM mix): they sample left to right,
     and their left-to-right loss says whether they learned."""
     arms = order_arms(max_iters=0)  # the curriculum's length does not matter here
     return {arm for arm in ORDER_ARMS if arm != 'encoder' and (ORDER_ARMS[arm][1] == 'l2r' or
@@ -132,7 +132,7 @@ def scored_jobs(p, folders, corpora, gaps_also=()):
     """The evaluations of finding orders, adapt or streams: the gaps of each run of corpora ([(dataset, {arm: run
     names})]) and of each run named with a prefix in gaps_also, and the samples of each run of corpora
     (gen_orders.json) at finding orders' steps, scored by the GPT's first run on the same corpus; an arm trained
-    without random orders (the GPT, the FIM GPT) samples left to right, the others in random orders."""
+    without random orders (the GPT, the l2r-FIM mix) samples left to right, the others in random orders."""
     on = {name: dataset for dataset, runs in corpora for names in runs.values() for name in names}
     jobs = [gaps_job(p, name, folder, on.get(name)) for name, folder in folders.items()
             if name in on or name.startswith(gaps_also)]
@@ -168,7 +168,7 @@ def finding_orders(m, p):
 def order_results(m, p, runs, corpus=''):
     """Each arm's left-to-right and any-order losses, gap NLLs (gaps.json: both sides and the left side only) and
     sample quality (gen_orders.json); the trade-off figure, the gap curves over training, and the claims against
-    the GPT, the FIM GPT and the paper's mix (those of them whose arms ran): (figures, claims). runs: {arm: names};
+    the GPT, the l2r-FIM mix and the paper's mix (those of them whose arms ran): (figures, claims). runs: {arm: names};
     corpus: a second corpus, named in the figures' files and the claims."""
     label = {arm: text for arm, (text, _) in ORDER_ARMS.items()}
     spans, inner = list(p['infill']['spans']), inner_spans(m, p, runs['paper'][0])

@@ -24,7 +24,7 @@ from aogpt.experiments.orders import FIM_MIX
 from aogpt.experiments.presets import SEEDS
 from aogpt.experiments.readings import arm_of, corpus_file, corpus_title, said_on
 from aogpt.experiments.sweep import run_flags
-from aogpt.report import paired_interval, spread, unpaired_interval
+from aogpt.report import spread, unpaired_interval
 from aogpt.scoring import ensemble_slots
 
 # {arm: (label, kind)}, the GPT first; each arm at its kind's chosen settings, its regularizers swept as SWEPT names
@@ -41,7 +41,7 @@ CLAIMS = {
                   'minus its own, nats per character, on the half of val that chose nothing).',
     'scarce ensemble': '(Ours) On {prefix} characters, {arm} with an ensemble of {k} context orders reads better than '
                        '{other} (effect: the latter\'s NLL minus its own per character over the same val chunks, '
-                       'paired by chunk, at each run\'s best checkpoint).',
+                       'at each run\'s best checkpoint; the interval over seeds, each run\'s mean over the chunks).',
     'scarce gaps': '(Ours) On {prefix} characters, {arm} fills gaps of {span} characters given both sides better than '
                    "the tuned GPT reads their left side, each at its best evaluation (effect: the GPT's NLL per gap "
                    'character minus its own).',
@@ -249,14 +249,13 @@ def prefix_results(m, p, runs, tokens, corpus):
     for arm in [arm for arm in runs if arm != 'gpt' and not is_encoder(arm)]:
         claims.append(claim(said('scarce l2r', arm=label[arm]), numbers if not claims else {},
                             unpaired_interval(at('gpt', 'val_l2r'), at(arm, 'val_l2r')), stuck=stuck(arm, 'gpt')))
-        ensemble = [chunk_nll(m, n, str(k)) for n in runs[arm]]
+        ensemble = [statistics.mean(chunk_nll(m, n, str(k))) for n in runs[arm]]
         claims.append(claim(said('scarce ensemble', arm=label[arm], other='the tuned GPT'), {},
-                            paired_interval([[g - a for g, a in zip(chunk_nll(m, gn, 'l2r'), e)]
-                                             for gn, e in zip(runs['gpt'], ensemble)]), stuck=stuck(arm, 'gpt')))
+                            unpaired_interval([statistics.mean(chunk_nll(m, n, 'l2r')) for n in runs['gpt']],
+                                              ensemble), stuck=stuck(arm, 'gpt')))
         claims.append(claim(said('scarce ensemble', arm=label[arm],
                                  other=f"the mixture of the GPT's {len(runs['gpt'])} seeds"), cost,
-                            paired_interval([[g - a for g, a in zip(gpt_mixture, e)] for e in ensemble]),
-                            stuck=stuck(arm, 'gpt')))
+                            unpaired_interval([statistics.mean(gpt_mixture)], ensemble), stuck=stuck(arm, 'gpt')))
         claims += [claim(said('scarce gaps', arm=label[arm], span=L), {},
                          unpaired_interval(at('gpt', f'val_gap_span{L}_left'), at(arm, f'val_gap_span{L}')),
                          stuck=stuck(arm, 'gpt')) for L in p['scarce']['spans'] if L > 1]
