@@ -9,13 +9,16 @@ of sampling settings in one run (the AO-GPT paper's Table 2).
         --top_p_mode=authors                                               # the paper's Table 2
     python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --speculate=8 # one token per step, speculatively
     python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --infill="ROMEO: [MASK:20] my lord." --sides=both
+    python gen_ppl.py --scorer=out-shakespeare-char/ckpt.pt --infill="ROMEO: [MASK] my lord." --sides=both
 
 For each point of the grid, steps x temperature x top_p (comma lists; with --pair_settings the i-th
 temperature goes with the i-th top_p instead), num_samples samples are drawn with sample.py's
 sampler (unconditional by default; start, infill, max_new_tokens and order as in sample.py, so an
 encoder checkpoint samples too, also with --order=ancestral), in batches of batch_size, all from the
 same seed; --speculate=k draws one token per step's samples by speculative decoding (as sample.py)
-and adds its forwards, tokens per forward and acceptance to the row. They go to samples_out (jsonl:
+and adds its forwards, tokens per forward and acceptance to the row. A [MASK] of no length (and any gap of a FIM
+GPT) is filled as sample.py fills it, one token a step, each sample at the length its model chose (its record's
+gap_length, and AO-GPT's probability of it, gap_p); samples of many lengths are scored together. They go to samples_out (jsonl:
 ids, text and settings, one sample per line), so that --samples=file scores them again without
 sampling.
 
@@ -47,17 +50,18 @@ import time
 
 import torch
 
-from aogpt.checkpoints import GPT2_VOCAB, checkpoint_vocab, token_count
+from aogpt.checkpoints import GPT2_VOCAB, checkpoint_vocab, is_fim_gpt, token_count
 from aogpt.common import (autocast, check_settings, default_device, default_dtype, describe_vocab, find_checkpoint,
                           hold_freed_memory, int_at_least, load_tokenizer, one_of, print_table, read_checkpoint,
                           read_jsonl, same_vocab, trained_block)
-from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_sampling,
-                            check_steps, decoding_order, parse_list, prompt_tokens, sampling_options)
+from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_gap_fill,
+                            check_sampling, check_steps, decoding_order, parse_list, prompt_tokens, sampling_options)
 from aogpt.scorers import load_scorer
 from configurator import fail
 from configurator import configure
 from aogpt.decoding import generate_many
 from aogpt.engine import compile_decoding
+from aogpt.infilling import fill_gap
 from aogpt.speculative import Speculation, speculation_k
 from aogpt.scoring import SIDES, score_samples, summarize
 
@@ -147,15 +151,16 @@ def read_samples(path):
         records.append(r)
     if not records:
         fail(f'{path} holds no samples')
-    if len({json.dumps(r['vocab']) for r in records}) > 1 or len({len(r['tokens']) for r in records}) > 1:
-        fail(f'{path} mixes samples of different vocabularies or lengths: score them separately')
+    if len({json.dumps(r['vocab']) for r in records}) > 1:
+        fail(f'{path} mixes samples of different vocabularies: score them separately')
     for r in records:
         r.setdefault('seconds', math.nan)
     return records
 
 
-def sample_grid(model, checkpoint, path, decode, ids, known, points):
-    """Every grid point's samples as records, written to samples_out as they come."""
+def sample_grid(model, checkpoint, path, decode, ids, known, points, at=None, fim=False):
+    """Every grid point's samples as records, written to samples_out as they come; a gap of no given length (at) or
+    any gap of a FIM GPT filled by infilling.fill_gap, each sample with its gap's length (and AO-GPT's p of it)."""
     if compile:
         compile_decoding(model, dtype)
     shared = dict(checkpoint=path, top_k=top_k, top_p_mode=top_p_mode, schedule=schedule, order=order,
@@ -165,10 +170,28 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
 
     def draw(s, t, p, count, generator, stats=None):
+        """[{record fields}] of count samples."""
         sampling, options = sampling_options(globals(), temperature=t, top_p=p)
-        return generate_many(model, ids, known, count, batch_size, s, sampling, ctx=autocast(device, dtype),
+        if at is not None or fim:
+            return fills(sampling, {} if fim else {k: v for k, v in options.items() if k != 'speculate'}, count,
+                         generator)
+        rows = generate_many(model, ids, known, count, batch_size, s, sampling, ctx=autocast(device, dtype),
                              desc=f'steps={s} temperature={t} top_p={p}', generator=generator, n_tokens=n_tokens,
                              stats=stats, **options)
+        return [dict(tokens=row) for row in rows]
+
+    def fills(sampling, options, count, generator):
+        out = []
+        for b in range(0, count, batch_size):
+            try:
+                with autocast(device, dtype):
+                    drawn = fill_gap(model, ids, known, at, min(batch_size, count - b), sampling, fim=fim,
+                                     cap=gap_cap, choice=gap_choice, n_tokens=n_tokens, generator=generator, **options)
+            except ValueError as e:
+                fail(e)
+            out += [dict(tokens=row, known_positions=[i for i, k in enumerate(row_known) if k], gap_length=L,
+                         gap_p=p) for row, row_known, L, p in drawn]
+        return out
     draw(*points[0], min(batch_size, num_samples), torch.Generator(device))  # warm-up
     records = []
     with open(samples_out, 'w', encoding='utf-8') as f:
@@ -179,8 +202,8 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points):
             rows = draw(s, t, p, num_samples, generator, stats)
             seconds = (time.time() - t0) / num_samples
             speculation = stats.summary() if speculate else None
-            new = [dict(shared, steps=s, temperature=t, top_p=p, tokens=row, text=decode(row), seconds=seconds,
-                        speculation=speculation) for row in rows]
+            new = [dict(shared, steps=s, temperature=t, top_p=p, **r, text=decode(r['tokens']), seconds=seconds,
+                        speculation=speculation) for r in rows]
             f.writelines(json.dumps(r) + '\n' for r in new)
             f.flush()  # a long sweep keeps what it has drawn
             records += new
@@ -196,7 +219,7 @@ def main(given=()):
     hold_freed_memory()
     if samples:
         records = read_samples(samples)
-        vocab, length = records[0]['vocab'], len(records[0]['tokens'])
+        vocab, length = records[0]['vocab'], max(len(r['tokens']) for r in records)
     else:
         path = find_checkpoint(init_from, out_dir)
         model, checkpoint = read_checkpoint(path, device, use_ema)
@@ -207,16 +230,17 @@ def main(given=()):
         encode, decode = load_tokenizer(checkpoint, model.config.vocab_size)
         ids, known, at = prompt_tokens(encode, model.config.block_size, start, infill, max_new_tokens, mask_token,
                                        trained_block(model, checkpoint))
-        if at is not None:
-            fail(f'gen_ppl.py scores infills of a given length, and {mask_token} leaves it to the model: write '
-                 f'{mask_token[:-1]}:n{mask_token[-1]}')
-        points = [(check_steps(s, known.count(False), order, speculate), t, p) for s, t, p in points]
-        length = len(ids)
+        fim = bool(infill) and is_fim_gpt(checkpoint)
+        if at is not None or fim:
+            check_gap_fill(fim, speculate, any(s is not None for s, _, _ in points), 'order' in given)
+        else:
+            points = [(check_steps(s, known.count(False), order, speculate), t, p) for s, t, p in points]
+        length = model.config.block_size if at is not None else len(ids)
     score, scorer_tokens, context, scorer_weights = load_scorer(scorer, device, sides)
     check_scorer(scorer, vocab, length, scorer_tokens, context)
 
     if not samples:
-        records = sample_grid(model, checkpoint, path, decode, ids, known, points)
+        records = sample_grid(model, checkpoint, path, decode, ids, known, points, at, fim)
 
     check_ids(records, scorer, scorer_tokens[1])
     groups = collections.defaultdict(list)  # grid point -> its records, in the order of the file

@@ -37,8 +37,8 @@ import torch
 from aogpt.checkpoints import is_fim_gpt, token_count
 from aogpt.common import (autocast, check_settings, default_device, default_dtype, find_checkpoint, hold_freed_memory,
                           int_at_least, load_tokenizer, optional_int, read_checkpoint, trained_block)
-from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_sampling,
-                            check_steps, decoding_order, prompt_tokens, sampling_options)
+from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_gap_fill,
+                            check_sampling, check_steps, decoding_order, prompt_tokens, sampling_options)
 from configurator import configure, fail
 from aogpt.decoding import generate
 from aogpt.engine import compile_decoding
@@ -99,9 +99,7 @@ def main(given=()):
 def fill_gaps(model, checkpoint, ids, known, at, fim, given, decode):
     """sample.py for a gap of no given length, or any gap of a FIM GPT (infilling.fill_gap): each sample with its
     gap's length, and for AO-GPT that length's probability."""
-    if speculate or steps is not None or (fim and 'order' in given):
-        fail('a gap of no given length, and any gap of a FIM GPT, is written one token a step' +
-             (' left to right: drop --order, --steps and --speculate' if fim else ': drop --steps and --speculate'))
+    check_gap_fill(fim, speculate, steps is not None, 'order' in given)
     if compile:
         compile_decoding(model, dtype)
     sampling, options = sampling_options(globals())

@@ -128,6 +128,14 @@ def check_steps(steps, n, order='random', speculate=0, flag='--{}'):
         fail(e)
 
 
+def check_gap_fill(fim, speculate, steps, order_given):
+    """One line where a gap of no given length, or any gap of a FIM GPT, is given a setting it cannot take: it is
+    written one token a step (the FIM GPT's left to right)."""
+    if speculate or steps or (fim and order_given):
+        fail('a gap of no given length, and any gap of a FIM GPT, is written one token a step' +
+             (' left to right: drop --order, --steps and --speculate' if fim else ': drop --steps and --speculate'))
+
+
 def check_speculation_steps(steps, speculate, flag='--{}'):
     """engine.check_speculation for a script: fail if steps are given with speculative decoding."""
     try:

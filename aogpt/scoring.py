@@ -530,13 +530,16 @@ def encoder_gap_nlls(model, x, generated):
 
 @torch.no_grad()
 def score_samples(records, score, batch_size, device):
-    """The NLL of every scored token of each record (score: load_scorer's), scoring batch_size records at once on
-    device."""
-    scored = []
-    for b in tqdm(range(0, len(records), batch_size), desc='scoring', leave=False):
-        batch = records[b:b + batch_size]
-        x = torch.tensor([r['tokens'] for r in batch], device=device)
-        scored += score(x, torch.stack([generated(r) for r in batch]))
+    """The NLL of every scored token of each record (score: load_scorer's), in the records' order, scoring batch_size
+    records of one length at once on device (the gaps of no given length make samples of many lengths)."""
+    scored, by_length = [None] * len(records), {}
+    for i, r in enumerate(records):
+        by_length.setdefault(len(r['tokens']), []).append(i)
+    batches = [rows[b:b + batch_size] for rows in by_length.values() for b in range(0, len(rows), batch_size)]
+    for batch in tqdm(batches, desc='scoring', leave=False):
+        x = torch.tensor([records[i]['tokens'] for i in batch], device=device)
+        for i, nll in zip(batch, score(x, torch.stack([generated(records[i]) for i in batch]))):
+            scored[i] = nll
     return scored
 
 

@@ -516,6 +516,20 @@ def test_the_methods_name_a_bad_input_in_one_line(call, words, tmp_path):
     assert '\n' not in str(error.value)
 
 
+def test_a_folder_refuses_a_known_id_past_its_tokens():
+    """A FIM GPT's folder (7 tokens, its sentinels 7 to 10): a prompt holding a sentinel or a padding id is refused in
+    one line, as its tokenizer never writes one; below the tokens it samples."""
+    from aogpt.modeling_ao_gpt import AOGPTConfig, AOGPTForCausalLM
+    model = AOGPTForCausalLM(AOGPTConfig(model_args=dict(block_size=8, vocab_size=11, n_layer=1, n_head=2, n_embd=16,
+                                                         cond_dim=8), n_tokens=7))
+    known = torch.tensor([True, True, False, False])
+    with pytest.raises(ValueError, match=re.escape('a known id of 8: ids from 7 on pad the table or are a FIM GPT')) \
+            as error:
+        model.sample(torch.tensor([1, 8, 0, 0]), known)
+    assert '\n' not in str(error.value)
+    assert model.sample(torch.tensor([1, 6, 0, 0]), known, num_samples=2).shape == (2, 4)
+
+
 def foreign_cache():
     """A transformers cache that another model filled."""
     from transformers import DynamicCache

@@ -148,6 +148,26 @@ def test_infills_scored_given_both_sides(workdir, char_ckpt, capsys):
     assert results[0]['sample_nll'] == pytest.approx([nll.mean().item() for nll in by_hand], abs=1e-5)
 
 
+@pytest.mark.parametrize('fim', [False, True], ids=['ao-gpt', 'fim-gpt'])
+def test_gaps_of_no_length_are_drawn_with_their_length_and_scored_each_at_its_own(workdir, char_ckpt, fim_ckpt, fim):
+    """[MASK]: each sample has the length its model chose, its prompt at its own positions, and its NLL is scored
+    by hand at that length (samples of many lengths, scored together)."""
+    results = run_gen_ppl(workdir, f'--out_dir={fim_ckpt if fim else char_ckpt}', f'--scorer={char_ckpt}/ckpt.pt',
+                          '--sides=both', '--infill=ROMEO: [MASK] my lord.', '--num_samples=6', '--batch_size=4',
+                          '--gap_cap=12', '--samples_out=gaps.jsonl', '--out_json=gen.json')
+    lines = [json.loads(line) for line in (workdir / 'gaps.jsonl').read_text().splitlines()]
+    prompt = 'ROMEO: ' + ' my lord.'
+    for r in lines:
+        L = r['gap_length']
+        assert 1 <= L <= 12 and len(r['tokens']) == len(prompt) + L and (r['gap_p'] is None) == fim
+        assert r['known_positions'] == list(range(7)) + list(range(7 + L, len(prompt) + L))
+        assert r['text'][:7] + r['text'][7 + L:] == prompt
+    model, _ = read_checkpoint(workdir / char_ckpt / 'ckpt.pt')
+    with torch.no_grad():
+        by_hand = [known_first_nlls_by_hand(model, r['tokens'], r['known_positions']).mean().item() for r in lines]
+    assert results[0]['sample_nll'] == pytest.approx(by_hand, abs=1e-5)
+
+
 def test_unigram_entropy_by_hand():
     assert unigram_entropy(torch.tensor([3, 3, 3, 3])) == 0
     assert unigram_entropy(torch.tensor([1, 2, 1, 2])) == pytest.approx(math.log(2))

@@ -263,12 +263,16 @@ def test_a_fim_gpts_bad_gaps_are_one_line(workdir, fim_ckpt, args, parts):
     says(one_line_error('sample.py', f'--out_dir={fim_ckpt}', '--device=cpu', *args, cwd=workdir), *parts)
 
 
-def test_the_encoder_and_gen_ppl_refuse_a_gap_of_no_length_in_one_line(workdir, char_ckpt, mdm_ckpt):
+def test_the_encoder_refuses_a_gap_of_no_length_and_gen_ppl_what_sample_py_does(workdir, char_ckpt, mdm_ckpt):
     says(one_line_error('sample.py', f'--out_dir={mdm_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
                         cwd=workdir), 'the encoder fills a gap of a given length', '[MASK:n]')
-    says(one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
-                        f'--scorer={char_ckpt}/ckpt.pt', cwd=workdir), 'gen_ppl.py scores infills of a given length',
+    says(one_line_error('gen_ppl.py', f'--out_dir={mdm_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
+                        f'--scorer={mdm_ckpt}/ckpt.pt', cwd=workdir), 'the encoder fills a gap of a given length',
          '[MASK:n]')
+    says(one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
+                        '--steps=4', f'--scorer={char_ckpt}/ckpt.pt', cwd=workdir), 'one token a step', 'drop --steps')
+    says(one_line_error('gen_ppl.py', f'--out_dir={char_ckpt}', '--device=cpu', '--infill=ROMEO: [MASK] lord',
+                        '--gap_cap=99', f'--scorer={char_ckpt}/ckpt.pt', cwd=workdir), 'gap_cap=99', 'from 1 to the')
 
 
 @pytest.mark.parametrize('args,parts', SAMPLE)
