@@ -81,10 +81,10 @@ from aogpt.engine import compile_forward
 from aogpt.engine import Sampling
 from aogpt.infilling import (fill_scores, fim_given_logprobs, fim_logprobs, gap_length_logprobs, gap_sides,
                              infill_middle)
-from aogpt.scoring import (check_gap_sizes, chunk_gap, chunk_nlls, decoder_gap_logprobs, decoder_l2r_logprobs,
-                           encoder_l2r_logprobs, ensemble_sizes, hf_l2r_logprobs, hf_start_logprobs, left_gap_logprobs,
-                           mixture_logprobs, nelbo_bound, nelbo_estimates, parse_gaps, perplexities, perplexity,
-                           score_chunks)
+from aogpt.scoring import (check_gap_sizes, chunk_gap, chunk_line, chunk_nlls, decoder_gap_logprobs,
+                           decoder_l2r_logprobs, encoder_l2r_logprobs, ensemble_sizes, gap_lengths, hf_l2r_logprobs,
+                           hf_start_logprobs, left_gap_logprobs, mixture_logprobs, nelbo_bound, nelbo_estimates,
+                           parse_gaps, perplexities, perplexity, score_chunks)
 from aogpt.training import val_half
 
 # -----------------------------------------------------------------------------
@@ -159,8 +159,9 @@ def check_inputs(names):
         fail(f'--out_json={out_json}: its folder does not exist')
     settings = gap_settings_of(gaps)
     modes = fill_modes(fills)
-    if modes and not any(kind == 'range' for kind, _ in settings):
-        fail(f'--fills={fills} fills range gaps, whose length is not given: add one to --gaps, e.g. --gaps=range:1-16')
+    if modes and not any(gap_lengths(*s) for s in settings):
+        fail(f'--fills={fills} fills gaps whose length is not given: add a range or a line to --gaps, e.g. '
+             '--gaps=range:1-16')
     if modes and is_hf_model(init_from):
         fail(f'--fills: {init_from} reads the left side only; AO-GPT and the FIM GPT fill a gap from both sides')
 
@@ -206,8 +207,8 @@ FIM_EXTRA = 4  # a FIM GPT's row holds its chunk and 3 sentinels, then the end t
 
 
 def widest_range(settings):
-    """The most a range gap's length varies (hi - lo), None without one."""
-    return max((size.hi - size.lo for kind, size in settings if kind == 'range'), default=None)
+    """The most a gap of unknown length (a range, a line) varies in length (hi - lo), None without one."""
+    return max((lengths.hi - lengths.lo for lengths in (gap_lengths(*s) for s in settings) if lengths), default=None)
 
 
 def gap_chunk_length(trained, settings, reads):
@@ -218,6 +219,17 @@ def gap_chunk_length(trained, settings, reads):
     if widest is not None:
         return trained - widest - FIM_EXTRA
     return trained - FIM_EXTRA * (reads == 'fim')
+
+
+def line_ids(settings, vocab):
+    """(the newline's id, the ids of blanks) of a character vocabulary, for line gaps; None without one. One line
+    where the vocabulary has no newline token."""
+    if not any(kind == 'line' for kind, _ in settings):
+        return None
+    if not isinstance(vocab, str) or '\n' not in vocab:
+        fail('--gaps=line:H hides whole lines, which needs a character vocabulary with a newline (data/python_char, '
+             f'data/shakespeare_char); this model reads {vocab if isinstance(vocab, str) else "other"} tokens')
+    return vocab.index('\n'), {vocab.index(c) for c in ' \t' if c in vocab}
 
 
 def check_gap_room(n, model_block, settings, reads):
@@ -253,6 +265,7 @@ def main(given=()):
     gap_settings = gap_settings_of(gaps, n)
     if gap_settings and not hf:
         check_gap_room(n, model_block, gap_settings, reads)
+    lines = line_ids(gap_settings, 'gpt2' if hf else model_tokens[0])
     sets = {}
     for name in names:  # read and check every set before evaluating any
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)
@@ -293,7 +306,8 @@ def main(given=()):
         if gap_settings:  # the left-to-right pass serves every gap setting
             l2r = None if encoder else l2r_rows(model, chunks, hf, l2r_ctx, f'{name} l2r')
             results[name] = {f'{kind}:{size}': gap_result(model, chunks, kind, size, name, hf, encoder, reads,
-                                                          model_tokens[1], l2r, l2r_ctx) for kind, size in gap_settings}
+                                                          model_tokens[1], l2r, l2r_ctx, lines)
+                             for kind, size in gap_settings}
             continue
         if hf:
             l2r = hf_l2r_logprobs(model, chunks, max_tokens, l2r_ctx, name)
@@ -376,13 +390,19 @@ def l2r_rows(model, chunks, hf, l2r_ctx, desc):
     return torch.stack([decoder_l2r_logprobs(model, x.to(on), l2r_ctx) for x in chunks])
 
 
-def gap_result(model, chunks, kind, size, name, hf, encoder, reads, n_tokens, l2r, l2r_ctx):
+def gap_result(model, chunks, kind, size, name, hf, encoder, reads, n_tokens, l2r, l2r_ctx, lines=None):
     """One gap setting on one set: the gaps' count and tokens, the NLL per gap token (nats) in each column the model
     has, and each chunk's (chunk_nll, for paired comparisons); an encoder's NELBO bound with its s.e. over chunks."""
     t0 = time.time()
-    positions = [chunk_gap(x, kind, size, seed) for x in chunks]
+    if kind == 'line':  # the chunks that hold a line to hide
+        positions = [chunk_line(x, size, *lines, seed) for x in chunks]
+        kept = [i for i, g in enumerate(positions) if g is not None]
+        chunks, positions = chunks[kept], [positions[i] for i in kept]
+        l2r = None if l2r is None else l2r[kept]
+    else:
+        positions = [chunk_gap(x, kind, size, seed) for x in chunks]
     lengths = torch.tensor([len(g) for g in positions], dtype=torch.float64)
-    lengths_range = size if kind == 'range' else None
+    lengths_range = gap_lengths(kind, size)
     columns, nelbo = gap_logprobs(model, chunks, positions, encoder, reads, n_tokens, lengths_range, l2r, l2r_ctx,
                                   f'{name} {kind}:{size}')
     filled = gap_fills(model, chunks, positions, reads, n_tokens, lengths_range) if lengths_range and not encoder \

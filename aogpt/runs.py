@@ -19,7 +19,7 @@ from aogpt.checkpoints import CheckpointError, gpt2_checkpoint, gpt2_missing, lo
 from aogpt.common import (above, at_least, between, check_device, check_settings, dataset_vocab, one_of,
                           read_checkpoint)
 from aogpt.fim import fim_vocab_size
-from aogpt.scoring import check_gap_sizes
+from aogpt.scoring import check_gap_sizes, gap_lengths
 from aogpt.training import MIX_EXAMPLE, ORDER_MODES, make_fixed_order, run_stages, val_half
 from configurator import fail, parse_number
 from model import ARCHITECTURES, GELUS, POSITION_ENCODINGS, TARGET_INJECTIONS, GPTConfig, build_model
@@ -355,9 +355,9 @@ def check_fit(model_config, config, trained, resume, data_size, gap_settings):
     if config['fim_max_span'] > block_size:
         fail(f"--fim_max_span={config['fim_max_span']} is longer than the block (--block_size={block_size}): use at "
              f'most {block_size}, or 0 for any length')
-    if any(kind == 'range' for kind, _ in gap_settings):
-        fail('--eval_gaps: a range gap, its length unknown, is read by eval_ppl.py --gaps; training reads span:L and '
-             'scatter:r')
+    if any(gap_lengths(*s) for s in gap_settings):
+        fail('--eval_gaps: a range or line gap, its length unknown, is read by eval_ppl.py --gaps; training reads '
+             'span:L and scatter:r')
     try:
         check_gap_sizes(gap_settings, block_size, '--eval_gaps')
     except ValueError as e:

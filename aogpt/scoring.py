@@ -380,7 +380,7 @@ def encoder_l2r_logprobs(model, chunks, max_tokens, ctx=nullcontext(), desc=None
 # -----------------------------------------------------------------------------
 # gaps (infilling): some of a chunk's tokens hidden, a span or scattered, and scored given all the others
 
-GAP_KINDS = ('span', 'scatter', 'range')
+GAP_KINDS = ('span', 'scatter', 'range', 'line')
 
 
 class Lengths(NamedTuple):
@@ -399,7 +399,7 @@ def parse_size(kind, text):
         if not dash:
             raise ValueError(f'{text!r} is not LO-HI')
         return Lengths(parse_number(lo, int), parse_number(hi, int))
-    return parse_number(text, int if kind == 'span' else float)
+    return parse_number(text, int if kind in ('span', 'line') else float)
 
 
 def parse_gaps(spec, flag):
@@ -415,8 +415,9 @@ def parse_gaps(spec, flag):
             kind, reason = None, f' ({e})'
         if kind not in GAP_KINDS:
             raise ValueError(f'{flag}: {item!r} is none of span:L (a span of L tokens), scatter:r (a share r of the '
-                             f'tokens, scattered) and range:LO-HI (a span of LO to HI tokens, its length drawn per '
-                             f'chunk){reason}: e.g. {flag}=span:16,scatter:0.15,range:1-16')
+                             f'tokens, scattered), range:LO-HI (a span of LO to HI tokens, its length drawn per chunk) '
+                             f'and line:H (a whole line of at most H characters){reason}: e.g. '
+                             f'{flag}=span:16,scatter:0.15,range:1-16,line:40')
         settings.append((kind, size))
     if spec and not settings:
         raise ValueError(f'{flag}={spec!r} names no gap: e.g. {flag}=span:16,scatter:0.15')
@@ -428,12 +429,35 @@ def check_gap_sizes(settings, n, flag):
     for kind, size in settings:
         if kind == 'span' and not 1 <= size <= n:
             raise ValueError(f'{flag}=span:{size}: a span is 1 to {n} tokens long (the chunk)')
+        if kind == 'line' and not 1 <= size <= n:
+            raise ValueError(f'{flag}=line:{size}: the longest line hidden is 1 to {n} characters (the chunk): give a '
+                             'smaller one, or a model of a longer block')
         if kind == 'range' and not 1 <= size.lo <= size.hi <= n:
             raise ValueError(f'{flag}=range:{size}: a range runs from LO to HI tokens, 1 <= LO <= HI <= {n} (the '
                              'chunk)')
         if kind == 'scatter' and not 0 < size < 1:
             raise ValueError(f'{flag}=scatter:{size}: the share of the tokens hidden must be between 0 and 1, such as '
                              '0.15')
+
+
+def gap_lengths(kind, size):
+    """The lengths a gap of unknown length may have (Lengths), None for a gap whose length is given (span, scatter):
+    a range's, or a line's 1 to its most."""
+    return size if kind == 'range' else Lengths(1, size) if kind == 'line' else None
+
+
+def chunk_line(x, longest, newline, blank, seed):
+    """A whole line of chunk x (n,), sorted positions, drawn uniformly among its lines of 1 to `longest` tokens that
+    hold more than blank ids and have a newline on each side inside the chunk (single-line infilling, as the FIM
+    paper and HumanEval-infilling define it); None if it has none. Seeded by the chunk's tokens."""
+    breaks = (x == newline).nonzero()[:, 0].tolist()
+    lines = [(a + 1, b) for a, b in zip(breaks, breaks[1:]) if 1 <= b - a - 1 <= longest and
+             any(t not in blank for t in x[a + 1:b].tolist())]
+    if not lines:
+        return None
+    generator = torch.Generator().manual_seed(content_seed([seed, 'line', longest], x.tolist()))
+    start, end = lines[int(torch.randint(len(lines), (1,), generator=generator))]
+    return torch.arange(start, end)
 
 
 def chunk_gap(x, kind, size, seed):

@@ -303,3 +303,26 @@ def test_eval_ppl_reads_a_range_both_ways(workdir, char_ckpt, fim_ckpt):
 def test_eval_ppl_gap_chunks_too_long_for_the_model(workdir, char_ckpt, fim_ckpt, args, named):
     out_dir = fim_ckpt if args[-1] == 'fim' else char_ckpt
     says(one_line_error('eval_ppl.py', f'--out_dir={out_dir}', *args[:2], '--device=cpu', cwd=workdir), *named)
+
+
+def test_a_line_gap_is_a_whole_non_blank_line_inside_the_chunk():
+    """line:H hides one whole line: a newline before it and after it inside the chunk, none inside it, at most H
+    characters, not only blanks; each such line is drawn for some seed, and a chunk without one has none."""
+    from aogpt.scoring import chunk_line
+    text = 'ab\n  \ncdef\nghijk\nq\nrs'  # 'ab' and 'rs' lack a newline on one side; '  ' is blank
+    vocab = sorted(set(text))
+    x = torch.tensor([vocab.index(c) for c in text])
+    newline, blank = vocab.index('\n'), {vocab.index(' ')}
+    drawn = {''.join(text[i] for i in chunk_line(x, 4, newline, blank, seed).tolist()) for seed in range(40)}
+    assert drawn == {'cdef', 'q'}  # 'ghijk' is one longer than 4
+    assert chunk_line(x, 20, newline, blank, 0) is not None
+    assert chunk_line(torch.tensor([vocab.index(c) for c in 'abc\ndef']), 4, newline, blank, 0) is None
+
+
+def test_eval_ppl_hides_lines_of_a_character_model_only(workdir, char_ckpt, bpe_ckpt):
+    result = gap_table(workdir, f'--out_dir={char_ckpt}', '--gaps=line:8', '--max_chunks=40')['line:8']
+    assert list(result['nll']) == ['left', 'gap_l2r', '1', 'length', 'unknown'] and 0 < result['gaps'] <= 40
+    assert result['tokens'] <= 8 * result['gaps']
+    says(one_line_error('eval_ppl.py', f'--out_dir={bpe_ckpt}', '--data_file=data/webtext/val.bin', '--gaps=line:8',
+                        '--device=cpu',
+                        cwd=workdir), '--gaps=line:H', 'character vocabulary')

@@ -134,7 +134,7 @@ TRAIN = [
      ('encoder', 'not on a mix of orders', 'drop --order_mix')),
     (['--eval_gaps=span:4,middle:2'], ('--eval_gaps', "'middle:2'", 'span:L')),
     (['--eval_gaps=span:64'], ('--eval_gaps=span:64', '1 to 32 tokens')),
-    (['--eval_gaps=range:1-8'], ('--eval_gaps', 'range gap', 'eval_ppl.py --gaps')),
+    (['--eval_gaps=range:1-8'], ('--eval_gaps', 'range or line gap', 'eval_ppl.py --gaps')),
     (['--lr_decay_iters=5'], ('--lr_decay_iters (5)', 'larger than --warmup_iters (5)')),
     (['--min_lr=1.0'], ('--min_lr (1.0)', 'not exceed --learning_rate')),
     (['--order=sideways'], ('--order', 'one of')),
