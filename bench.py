@@ -59,7 +59,8 @@ one's: give a trained `checkpoint`.
 infill: a gap of no given length, at batch 1 and 16 (`infill_batches`), block `sample_block_size`: AO-GPT's length
 posterior over 1..`infill_cap` then its fill at the most likely length, left to right with its cache, against the FIM
 GPT's cached generation of as many tokens after its prompt (the same network and weights), with the posterior's own
-time and the ratio; median of `rounds`, taking turns.
+time and the ratio, and the ratio again with the posterior reading `infill_context` suffix tokens (--gap_context);
+median of `rounds`, taking turns.
 The defaults take several minutes on 2 CPU cores: --sample_steps=64 for a quick look, and
 --run=train (or eval, sample, memory, arch, a comma list) for only some of the benchmarks.
 """
@@ -109,6 +110,7 @@ speculate_top_p = '1.0,0.9'  # speculate: each top_p to sample with
 speculate_tokens = 256  # speculate: tokens per sample (at most the block)
 generate_tokens = 200  # generate: new tokens a row (at most sample_block_size - 2)
 infill_cap = 64  # infill: the longest gap tried (lengths 1 to it)
+infill_context = 16  # infill: AO-GPT's posterior read again on this many suffix tokens (sample.py --gap_context)
 infill_batches = '1,16'  # infill: the batch sizes
 step_tokens = 256  # step: tokens decoded one per step, after a prompt of the rest of the block
 step_batches = '1,16'  # step: the batch sizes
@@ -125,7 +127,7 @@ authors_dir = ''  # long: a checkout of the authors' repository (github.com/scxu
 # the benchmarks that read each setting of the rules below: a setting is checked only where --run names one of them
 READ_BY = {'sample_steps': ('sample', 'long', 'arch'), 'speculate_k': ('speculate',),
            'speculate_tokens': ('speculate',), 'step_tokens': ('step',), 'generate_tokens': ('generate',),
-           'infill_cap': ('infill',)}
+           'infill_cap': ('infill',), 'infill_context': ('infill',)}
 
 
 def check_inputs():
@@ -148,6 +150,7 @@ def check_inputs():
         'infill_cap': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 5,
                        f'an int from 1 to sample_block_size - 5 ({sample_block_size - 5}): the sides (a token each '
                        "at least) and the FIM GPT's 3 sentinels take the rest"),
+        'infill_context': at_least(1),
     }
     check_settings(globals(), {key: rule for key, rule in rules.items() if runs & set(READ_BY[key])})
     if 'speculate' in runs:
@@ -545,20 +548,21 @@ def bench_infill():
     sampling, ctx = Sampling(), autocast(device, dtype)
     print(f'infill: {model.get_num_params() / 1e6:.1f}M params, block {T}, a gap of 1 to {cap} tokens between '
           f'{side} and {side} known, {device} {dtype}')
-    print(f'  {"batch":>6} {"length":>7} {"AO-GPT":>9} {"posterior":>10} {"FIM GPT":>9} {"AO-GPT/FIM":>11}')
+    print(f'  {"batch":>6} {"length":>7} {"AO-GPT":>9} {"posterior":>10} {"FIM GPT":>9} {"AO-GPT/FIM":>11} '
+          f'{f"context {infill_context}/FIM":>15}')
     for batch in parse_list('infill_batches', infill_batches, int, at_least(1)):
         posterior = functools.partial(length_logprobs, model, ids, [True] * len(ids), side, list(range(1, cap + 1)),
                                       n_tokens)
         with ctx, torch.no_grad():
             L = int(posterior().argmax()) + 1
-        runs = dict(posterior=posterior,
-                    ao=lambda: fill_gap(model, ids, [True] * len(ids), side, batch, sampling, n_tokens=n_tokens,
-                                        cap=cap, choice='mode', order='l2r'),
+        ao = lambda context: fill_gap(model, ids, [True] * len(ids), side, batch, sampling, n_tokens=n_tokens, cap=cap,
+                                      choice='mode', context=context, order='l2r')
+        runs = dict(posterior=posterior, ao=functools.partial(ao, None), short=functools.partial(ao, infill_context),
                     fim=lambda: fim_fill(model, ids[:side], ids[side:], n_tokens, L, L, batch, sampling))
         with ctx, torch.no_grad():
             seconds = median_seconds(runs, rounds)
         print(f"  {batch:>6} {L:>7} {seconds['ao']:>8.3f}s {seconds['posterior']:>9.3f}s {seconds['fim']:>8.3f}s "
-              f"{seconds['ao'] / seconds['fim']:>10.2f}x")
+              f"{seconds['ao'] / seconds['fim']:>10.2f}x {seconds['short'] / seconds['fim']:>14.2f}x")
 
 
 BENCHES = {'train': bench_training, 'eval': bench_eval, 'sample': bench_sampling, 'step': bench_steps,

@@ -186,7 +186,8 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points, at=None, fi
             try:
                 with autocast(device, dtype):
                     drawn = fill_gap(model, ids, known, at, min(batch_size, count - b), sampling, fim=fim,
-                                     cap=gap_cap, choice=gap_choice, n_tokens=n_tokens, generator=generator, **options)
+                                     cap=gap_cap, choice=gap_choice, context=gap_context, n_tokens=n_tokens,
+                                     generator=generator, **options)
             except ValueError as e:
                 fail(e)
             out += [dict(tokens=row, known_positions=[i for i, k in enumerate(row_known) if k], gap_length=L,

@@ -107,6 +107,7 @@ def fill_gaps(model, checkpoint, ids, known, at, fim, given, decode):
     try:
         with autocast(device, dtype):
             fills = fill_gap(model, ids, known, at, num_samples, sampling, fim=fim, cap=gap_cap, choice=gap_choice,
+                             context=gap_context,
                              n_tokens=token_count(checkpoint, model.config.vocab_size),
                              generator=torch.Generator(device).manual_seed(seed), **({} if fim else options))
     except ValueError as e:

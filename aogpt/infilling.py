@@ -34,17 +34,18 @@ def check_lengths(model, ids, at, lengths):
 
 
 @torch.no_grad()
-def length_logprobs(model, ids, known, at, lengths, n_tokens=None):
-    """log p(L | the known tokens) (len(lengths),), float64, normalised over lengths: for each L the log-likelihood of the
-    known tokens after index `at`, placed L positions on, read left to right after the known tokens before `at`, also
-    left to right; unknown positions elsewhere are left out of the order (a decoder's joint over a subset of positions
-    is its marginal). One pass: the slots before the gap's last known token are read once and their cache shared by
-    every candidate, in batches of at most SLOTS_PER_PASS slots and LOGITS_PER_PASS logits."""
+def length_logprobs(model, ids, known, at, lengths, n_tokens=None, context=None):
+    """log p(L | the known tokens) (len(lengths),), float64, normalised over lengths: for each L the log-likelihood of
+    the known tokens after index `at` (the first `context` of them, None: all), placed L positions on, read left to
+    right after the known tokens before `at`, also left to right; unknown positions elsewhere are left out of the order
+    (a decoder's joint over a subset of positions is its marginal). One pass: the slots before the gap's last known
+    token are read once and their cache shared by every candidate, in batches of at most SLOTS_PER_PASS slots and
+    LOGITS_PER_PASS logits."""
     check_lengths(model, ids, at, lengths)
     device = next(model.parameters()).device
     x = torch.tensor(ids, device=device)
     before = [-1] + [i for i in range(at) if known[i]]  # the start slot first
-    after = [i for i in range(at, len(ids)) if known[i]]
+    after = [i for i in range(at, len(ids)) if known[i]][:context]
     shared = KVCache(model.config, 1, len(before), *cache_place(model))
     if len(before) > 1:  # every slot but the last: its target, the first token after the gap, moves with L
         pos = torch.tensor([before[:-1]], device=device)
@@ -85,11 +86,13 @@ def choose_lengths(logprobs, lengths, count, choice, generator=None):
 
 
 @torch.no_grad()
-def infill_unknown(model, ids, known, at, lengths, count, choice='sample', generator=None, n_tokens=None, **options):
+def infill_unknown(model, ids, known, at, lengths, count, choice='sample', generator=None, n_tokens=None, context=None,
+                   **options):
     """count fills of a template whose gap at index `at` has no length: [(ids, known, L, p(L))], a length drawn (or
-    the most likely) from length_logprobs, then the gap filled at that length by decoding.generate with options."""
+    the most likely) from length_logprobs (reading `context` tokens after the gap), then the gap filled at that length
+    by decoding.generate with options."""
     device = next(model.parameters()).device
-    chosen = choose_lengths(length_logprobs(model, ids, known, at, lengths, n_tokens), lengths, count, choice,
+    chosen = choose_lengths(length_logprobs(model, ids, known, at, lengths, n_tokens, context), lengths, count, choice,
                             generator)
     out = [None] * count
     for L in sorted({L for L, _ in chosen}):
@@ -156,9 +159,10 @@ def gap_room(model, ids, fim):
 
 
 def fill_gap(model, ids, known, at, count, sampling, *, fim=False, n_tokens=None, cap=None, choice='sample',
-             generator=None, **options):
-    """count fills of a template with a gap of no given length at `at` (cap: the longest tried, None: gap_room), or
-    for the FIM GPT (fim) one gap of any kind: [(ids, known, L, p(L) or None)], the FIM GPT's with no probability."""
+             context=None, generator=None, **options):
+    """count fills of a template with a gap of no given length at `at` (cap: the longest tried, None: gap_room; context:
+    the known tokens after it AO-GPT's posterior reads, None: all), or for the FIM GPT (fim) one gap of any kind:
+    [(ids, known, L, p(L) or None)], the FIM GPT's with no probability."""
     room = gap_room(model, ids, fim)
     if room < 1:
         raise ValueError(f'the template of {len(ids)} tokens leaves no room for a gap in block_size '
@@ -167,11 +171,14 @@ def fill_gap(model, ids, known, at, count, sampling, *, fim=False, n_tokens=None
         raise ValueError(f'gap_cap={cap!r}: the longest gap tried is an int from 1 to the {room} tokens the template '
                          f'of {len(ids)} leaves in block_size {model.config.block_size}' +
                          (" (with the FIM GPT's 3 sentinels)" if fim else ''))
+    if context is not None and not (type(context) is int and context >= 1):
+        raise ValueError(f'gap_context={context!r}: the known tokens after the gap that the length posterior reads is '
+                         'an int >= 1, or None for all of them')
     cap = room if cap is None else cap
     if not fim:
         check_lengths(model, ids, at, list(range(1, cap + 1)))
         return infill_unknown(model, ids, known, at, list(range(1, cap + 1)), count, choice, generator, n_tokens,
-                              sampling=sampling, **options)
+                              context, sampling=sampling, **options)
     prefix, suffix, lo, hi = fim_sides(ids, known, at)
     middles = fim_fill(model, prefix, suffix, n_tokens, lo, hi or cap, count, sampling, generator)
     return [(prefix + m + suffix, [True] * len(prefix) + [False] * len(m) + [True] * len(suffix), len(m), None)

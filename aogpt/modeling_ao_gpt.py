@@ -184,11 +184,13 @@ class AOGPTPreTrainedModel(PreTrainedModel):
                         n_tokens=self.config.n_tokens, speculate=speculate)
         return x
 
-    def infill(self, template, tokenizer, mask_token='[MASK]', gap_cap=None, gap_choice='sample', **options):
+    def infill(self, template, tokenizer, mask_token='[MASK]', gap_cap=None, gap_choice='sample', gap_context=None,
+               **options):
         """The texts of the fills of a template, as sample.py --infill fills it: each mask_token with a count
         ([MASK:5]) is that many tokens, decoded by sample() (options: sample's); mask_token alone is a gap whose length
         the model chooses (infilling.fill_gap: up to gap_cap tokens, AO-GPT's length drawn from its posterior, or its
-        most likely with gap_choice='mode'), and a FIM GPT writes its one gap until its end token. ValueError, in one
+        most likely with gap_choice='mode', reading gap_context tokens after the gap), and a FIM GPT writes its one gap
+        until its end token. ValueError, in one
         line, for what sample.py refuses."""
         ids, known, at = parse_infill(template, mask_token,
                                       lambda text: tokenizer.encode(text, add_special_tokens=False))
@@ -205,7 +207,7 @@ class AOGPTPreTrainedModel(PreTrainedModel):
                     rules | {'num_samples': NUM_SAMPLES_RULE, 'gap_choice': GAP_CHOICE_RULE})
         sampling = Sampling(settings['temperature'], settings['top_k'], settings['top_p'], settings['top_p_mode'])
         fills = fill_gap(self.net, ids, known, at, settings['num_samples'], sampling, fim=fim,
-                         n_tokens=self.config.n_tokens, cap=gap_cap, choice=gap_choice,
+                         n_tokens=self.config.n_tokens, cap=gap_cap, choice=gap_choice, context=gap_context,
                          generator=torch.Generator(self.device).manual_seed(settings['seed']),
                          **({} if fim else dict(order=settings['order'])))
         return [tokenizer.decode(row, clean_up_tokenization_spaces=False) for row, _, _, _ in fills]

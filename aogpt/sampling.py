@@ -24,6 +24,7 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
     mask_token='[MASK]',
     gap_cap=None,  # [MASK] without a length: the longest gap tried (None: all the block leaves room for)
     gap_choice='sample',  # AO-GPT's length for [MASK]: drawn from its posterior ('sample'), or its most likely ('mode')
+    gap_context=None,  # AO-GPT's posterior for [MASK] reads this many known tokens after the gap (None: all of them)
     max_new_tokens=None,  # tokens after start; None fills the block the run trained on (trained_block)
     steps=None,  # decoding steps; None: one token per step
     schedule='linear',  # 'linear' or 'cosine'
@@ -45,6 +46,7 @@ SAMPLING_SETTINGS = dict(  # sample.py's and gen_ppl.py's settings, loaded into 
 SAMPLING_RULES = {  # the settings sample.py and gen_ppl.py share, and what each must be
     **{k: DECODING_RULES[k] for k in ('order', 'confidence', 'schedule', 'top_k', 'top_p_mode', 'speculate')},
     'sample_dtype': one_of(*SAMPLE_DTYPES), 'max_new_tokens': optional_int(1), 'gap_cap': optional_int(1),
+    'gap_context': optional_int(1),
     'gap_choice': one_of('sample', 'mode'),
     'mask_token': (lambda v: len(v) >= 2, 'a marker of at least 2 characters, such as [MASK]'),
 }

@@ -38,6 +38,17 @@ def test_the_posterior_in_batches_with_a_remainder_and_at_each_end(monkeypatch, 
     assert torch.allclose(fast, slow, atol=1e-5)
 
 
+def test_a_posterior_that_reads_less_of_the_suffix_is_the_template_cut_there():
+    """gap_context=3: the posterior given the first 3 known tokens after the gap (3, 4 and 6 of IDS: 5 is masked) is
+    the posterior of the template cut after them."""
+    model, lengths = tiny_model(5), list(range(1, 8))
+    fast = length_logprobs(model, IDS, KNOWN, 3, lengths, context=3).double()
+    assert torch.allclose(fast, slow_length_logprobs(model, IDS[:7], KNOWN[:7], 3, lengths), atol=1e-5)
+    assert not torch.allclose(fast, length_logprobs(model, IDS, KNOWN, 3, lengths).double(), atol=1e-3)
+    with pytest.raises(ValueError, match='gap_context=0'):
+        fill_gap(model, IDS, KNOWN, 3, 1, Sampling(), cap=5, context=0)
+
+
 def test_a_fill_has_the_chosen_length_and_keeps_the_known_tokens():
     model = tiny_model()
     fills = fill_gap(model, IDS, KNOWN, 3, 6, Sampling(), cap=5, generator=torch.Generator().manual_seed(0))

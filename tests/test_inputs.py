@@ -244,6 +244,7 @@ SAMPLE = [
     (['--infill=ROMEO: [MASK] lord', '--gap_cap=0'], ('--gap_cap', 'None or an int >= 1')),
     (['--infill=ROMEO: [MASK] lord', '--gap_cap=21'], ('gap_cap=21', 'from 1 to the 20 tokens', 'block_size 32')),
     (['--infill=ROMEO: [MASK] lord', '--gap_cap=\u0665'], ('--gap_cap',)),
+    (['--infill=ROMEO: [MASK] lord', '--gap_context=0'], ('--gap_context', 'None or an int >= 1')),
     (['--infill=ROMEO: [MASK] lord', '--gap_choice=best'], ('--gap_choice', 'sample, mode')),
     (['--infill=ROMEO: [MASK] lord', '--steps=2'], ('no given length', 'drop --steps')),
     (['--infill=ROMEO: [MASK] lord', '--speculate=2'], ('no given length', 'drop --steps and --speculate')),
