@@ -30,13 +30,13 @@ FIM_ARMS = {
     'fim90': ('FIM GPT, FIM rate 0.9', 'l2r', dict(fim_rate=0.9), {'val_l2r': 1.0}),
     'ao-fim-mix': ('AO-GPT, 10% left to right, 40% FIM orders, 50% random', 'mixed', dict(order_mix=FIM_MIX),
                    {'val_l2r': 0.1, 'val_ao': 0.9}),
-    'ao-l2r-fim': ('AO-GPT, 50% left to right, 50% FIM orders', 'mixed', dict(order_mix=L2R_FIM),
-                   {'val_l2r': 0.5, 'val_ao': 0.5}),
+    'ao-l2r-fim': ('AO-GPT, 50% left to right, 50% FIM orders', 'mixed', dict(order_mix=L2R_FIM), {'val_l2r': 1.0}),
 }
 RULE = ("each arm's learning rate and dropout swept together in each regime on seed {seed}, a winner on the grid's "
         'edge given one step past it; the lowest validation loss in the arm\'s own objective wins (at the last '
         'evaluation, or at the best one where the regime keeps the best): the GPT and the FIM GPT left to right (a '
-        "FIM GPT's val windows are plain text), AO-GPT its left-to-right share on val_l2r and the rest on val_ao")
+        "FIM GPT's val windows are plain text), AO-GPT on the FIM mix its left-to-right share on val_l2r and the rest "
+        'on val_ao (random orders), AO-GPT on l2r:0.5,fim:0.5, which reads no random order, left to right')
 
 
 def point_tag(point):
