@@ -76,6 +76,18 @@ def test_generate_compares_transformers_cache_with_none_and_with_the_folders_sam
                         '--generate_tokens=15', cwd=tmp_path), 'generate_tokens must be an int from 1 to')
 
 
+def test_infill_times_the_posterior_and_the_fim_gpt_side_by_side(tmp_path, one_thread):
+    out = run_script('bench.py', '--run=infill', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
+                     '--vocab_size=20', '--sample_block_size=24', '--infill_cap=6', '--infill_context=3',
+                     '--infill_batches=1,3', '--rounds=1', cwd=tmp_path).stdout
+    lines = out.splitlines()
+    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.split()[:1] == ['batch']) + 1:]]
+    # each batch: the length chosen, AO-GPT's time, the posterior's, the FIM GPT's, both ratios
+    assert [r[0] for r in rows] == ['1', '3'] and all(1 <= int(r[1]) <= 6 and r[5].endswith('x') for r in rows), out
+    says(one_line_error('bench.py', '--run=infill', '--sample_block_size=24', '--infill_cap=20', cwd=tmp_path),
+         'infill_cap must be an int from 1 to sample_block_size - 5')
+
+
 @pytest.mark.slow  # torch.compile
 def test_step_compares_eager_and_compiled(tmp_path, one_thread):
     out = run_script('bench.py', '--run=step', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
