@@ -397,6 +397,9 @@ def gap_result(model, chunks, kind, size, name, hf, encoder, reads, n_tokens, l2
     if kind == 'line':  # the chunks that hold a line to hide
         positions = [chunk_line(x, size, *lines, seed) for x in chunks]
         kept = [i for i, g in enumerate(positions) if g is not None]
+        if not kept:
+            fail(f'--gaps=line:{size}: none of the {len(chunks)} chunks of {name} holds a whole line of 1 to {size} '
+                 'characters: give a longer line, more chunks or longer ones')
         chunks, positions = chunks[kept], [positions[i] for i in kept]
         l2r = None if l2r is None else l2r[kept]
     else:

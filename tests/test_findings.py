@@ -1077,7 +1077,7 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
 def test_finding_fim_sweeps_steps_past_the_edge_and_reports_fresh_seeds(workdir, tmp_path, one_thread):
     """The smoke preset's finding fim: its grid (one learning rate, dropout 0) puts the winner on the dropout's upper
     edge, so a run one step past it (0.1) trains too; the reported seeds are fresh runs at the winner, none of them
-    the sweep's seed; every claim has its interval."""
+    the sweep's seed; every claim has its interval; the second regime hides single lines too."""
     from aogpt.experiments.fim import FIM_ARMS, SWEEP_SEED
     from aogpt.experiments.presets import PRESETS
     out = tmp_path / 'fim'
@@ -1092,11 +1092,15 @@ def test_finding_fim_sweeps_steps_past_the_edge_and_reports_fresh_seeds(workdir,
             assert args['seed'] == seed != SWEEP_SEED and args['eval_gaps'] == ''
             assert args['dropout'] == min((0.0, 0.1), key=loss)
     finding = next(f for f in json.loads((out / 'results.json').read_text())['findings'] if f['finding'] == 'fim')
-    assert len(finding['claims']) == 1 + 1 + 2 * 7  # the sweep; FIM for free; per AO-GPT arm 2 gaps, unknown, 3 fills, tax
+    # the sweep; then per regime FIM for free and per AO-GPT arm the gaps given (span, range, line), the gaps unknown
+    # (range, line), 3 fills of each, the tax
+    assert len(finding['claims']) == 1 + (1 + 2 * (2 + 1 + 3 + 1)) + (1 + 2 * (3 + 2 + 6 + 1))
+    assert sum('single lines of up to 10 characters' in c['claim'] for c in finding['claims']) == 2 * (1 + 1 + 3)
     for c in finding['claims'][1:]:
         interval = c['numbers']['effect [95% interval] (n)']
         assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n'] == '2 vs 2 runs'
     assert (out / 'ours_fim_play.png').read_bytes().startswith(PNG)
+    assert (out / 'ours_fim_lines.png').read_bytes().startswith(PNG)
 
 
 def test_a_call_with_only_keeps_the_other_findings_of_the_folder(tmp_path):

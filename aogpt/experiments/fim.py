@@ -63,7 +63,17 @@ def fim_flags(p, chosen, arm, regime, seed, point):
     flags = run_flags(p, kind, chosen[kind][0] | dict(learning_rate=point['learning_rate']), seed)
     if own.get('order_mix'):
         del flags['random_ratio']
-    return flags | own | dict(dropout=point['dropout'], eval_gaps='') | p['fim']['regimes'][regime]
+    return flags | own | dict(dropout=point['dropout'], eval_gaps='') | regime_train(p, regime)
+
+
+def regime_train(p, regime):
+    """A regime's train.py flags (a corpus, a block, a prefix with keep_best)."""
+    return p['fim']['regimes'][regime].get('train', {})
+
+
+def regime_eval(p, regime):
+    """The evaluations' settings in a regime: the preset's, with the regime's own over them."""
+    return p['fim']['eval'] | p['fim']['regimes'][regime].get('eval', {})
 
 
 def arm_regimes(p):
@@ -80,7 +90,7 @@ def selection_loss(arm, regime, p, records):
     """A run's loss in its arm's own objective: at its last evaluation, or at its best where the regime keeps one."""
     objective = FIM_ARMS[arm][3]
     loss = lambda r: sum(w * r[k] for k, w in objective.items())
-    return min(map(loss, records)) if p['fim']['regimes'][regime].get('keep_best') else loss(records[-1])
+    return min(map(loss, records)) if regime_train(p, regime).get('keep_best') else loss(records[-1])
 
 
 def swept_points(p, runs_dir, arm, regime):
@@ -131,9 +141,9 @@ def fim_runs(p, chosen, seed_list, points):
 
 def fim_corpora(p, seed_list):
     """[(dataset, {arm: run names})], a regime at a time."""
-    return [(flags.get('dataset', p['dataset']), {arm: [fim_run(arm, regime, s) for s in seed_list]
-                                                  for arm in p['fim']['arms']})
-            for regime, flags in p['fim']['regimes'].items()]
+    return [(regime_train(p, regime).get('dataset', p['dataset']),
+             {arm: [fim_run(arm, regime, s) for s in seed_list] for arm in p['fim']['arms']})
+            for regime in p['fim']['regimes']]
 
 
 def own_loss(name, final):
@@ -143,19 +153,20 @@ def own_loss(name, final):
 
 
 def checkpoint(p, regime, folder):
-    return os.path.join(folder, 'best.pt' if p['fim']['regimes'][regime].get('keep_best') else 'ckpt.pt')
+    return os.path.join(folder, 'best.pt' if regime_train(p, regime).get('keep_best') else 'ckpt.pt')
 
 
 def evaluations(p, seed_list, folders):
     """eval_ppl.py on each reported run, on the half of val that chose nothing: left to right (fim_l2r.json); gaps of
-    given lengths (fim_gaps.json) and of a range of lengths, scored and filled with the length given and not
-    (fim_range.json), on chunks that leave the FIM GPT's sentinels and the range room (FIM_JOBS)."""
+    given lengths (fim_gaps.json) and of unknown lengths (a range, a line), scored and filled with the length given
+    and not (fim_range.json), on chunks that leave the FIM GPT's sentinels and the lengths room (fim_jobs)."""
     jobs = []
     for dataset, runs in fim_corpora(p, seed_list):
         for regime, name in [(fim_regime(n), n) for names in runs.values() for n in names]:
+            e = regime_eval(p, regime)
             base = dict(init_from=checkpoint(p, regime, folders[name]), dataset=dataset, half='report',
-                        max_chunks=p['fim']['eval']['max_chunks'])
-            for file, flags in fim_jobs(p['fim']['eval']).items():
+                        max_chunks=e['max_chunks'])
+            for file, flags in fim_jobs(e).items():
                 jobs.append(script_job(f'{file} {name}', 'eval_ppl.py', base | flags,
                                        os.path.join(folders[name], f'fim_{file}.json'), needs=[folders[name]]))
     return jobs
@@ -165,24 +176,34 @@ def fim_jobs(e):
     """{file: eval_ppl.py flags} of one run's evaluations."""
     return {'l2r': dict(ensemble=1),
             'gaps': dict(gaps=','.join(f'span:{L}' for L in e['spans']), block_size=e['block']),
-            'range': dict(gaps=f"range:{e['range'][0]}-{e['range'][1]}", fills='greedy,sample',
-                          block_size=e['range_block'])}
+            'range': dict(gaps=','.join(unknown_gaps(e)), fills='greedy,sample', block_size=e['range_block'])}
+
+
+def unknown_gaps(e):
+    """The gap settings of unknown length: the range, and on code a single line (line:H)."""
+    return [f"range:{e['range'][0]}-{e['range'][1]}"] + ([f"line:{e['line']}"] if e.get('line') else [])
+
+
+def gap_words(setting):
+    """What a claim calls a gap setting."""
+    kind, _, size = setting.partition(':')
+    return {'span': f'gaps of {size} characters', 'range': f"gaps of {size.replace('-', ' to ')} characters",
+            'line': f'single lines of up to {size} characters'}[kind]
 
 
 CLAIMS = {
     'free': '(Ours{on}) FIM for free: the FIM GPT at rate {rate} reads left to right as well as the GPT, within '
             '{tolerance} nats (effect: its val NLL per character minus the GPT\'s; holds if the interval lies within '
             '±{tolerance}).',
-    'given': "(Ours{on}) {arm} fills gaps of {gap} characters, their length given, better than the FIM GPT at rate "
-             "{rate} (effect: the FIM GPT's NLL per gap character minus AO-GPT's; the FIM GPT's end token masked "
-             'out and the rest renormalised at each step).',
-    'unknown': "(Ours{on}) {arm} scores a gap of {gap} characters and its length better than the FIM GPT at rate "
-               "{rate} (effect: the FIM GPT's NLL of the middle and its end token minus AO-GPT's -log p(L | both "
-               'sides) - log p(middle | both sides, L), per gap character, the lengths uniform over the range and '
-               'known to lie in it).',
-    'fills': "(Ours{on}) With the length unknown, {arm}'s greedy fills of gaps of {gap} characters beat the FIM GPT's "
-             "at rate {rate} on {what} (effect: AO-GPT's share minus the FIM GPT's; each fill the most likely length, "
-             'then the most likely token at each step).',
+    'given': "(Ours{on}) {arm} fills {gap}, their length given, better than the FIM GPT at rate {rate} (effect: the "
+             "FIM GPT's NLL per gap character minus AO-GPT's; the FIM GPT's end token masked out and the rest "
+             'renormalised at each step).',
+    'unknown': "(Ours{on}) {arm} scores {gap} and their length better than the FIM GPT at rate {rate} (effect: the "
+               "FIM GPT's NLL of the middle and its end token minus AO-GPT's -log p(L | both sides) - log p(middle | "
+               'both sides, L), per gap character, both knowing the range of the lengths).',
+    'fills': "(Ours{on}) With the length unknown, {arm}'s greedy fills of {gap} beat the FIM GPT's at rate {rate} on "
+             "{what} (effect: AO-GPT's share minus the FIM GPT's; each fill the most likely length, then the most "
+             'likely token at each step).',
     'tax': "(Ours{on}) {arm} reads left to right worse than the FIM GPT at rate {rate} (effect: AO-GPT's val NLL per "
            "character minus the FIM GPT's): the price of any order against the price of FIM.",
 }
@@ -197,28 +218,27 @@ def results_of(m, name, file, setting=None):
 
 def regime_results(m, p, regime):
     """One regime's figure and claims."""
-    e, arms = p['fim']['eval'], p['fim']['arms']
+    e, arms = regime_eval(p, regime), p['fim']['arms']
     runs = {arm: [fim_run(arm, regime, s) for s in m.seed_list] for arm in arms}
     label = {arm: FIM_ARMS[arm][0] for arm in arms}
     on = '' if regime == next(iter(p['fim']['regimes'])) else f', {regime}'
     l2r = lambda arm: [math.log(results_of(m, n, 'l2r')['ppl']['l2r']) for n in runs[arm]]
     gap = lambda arm, setting, column: [results_of(m, n, 'gaps' if setting.startswith('span') else 'range',
                                                    setting)['nll'][column] for n in runs[arm]]
-    fill = lambda arm, mode, key: [results_of(m, n, 'range', rng)['fills'][f'{mode}, length unknown'][key]
-                                   for n in runs[arm]]
-    rng = f"range:{e['range'][0]}-{e['range'][1]}"
-    spans = [f'span:{L}' for L in e['spans']]
+    fill = lambda arm, u, mode, key: [results_of(m, n, 'range', u)['fills'][f'{mode}, length unknown'][key]
+                                      for n in runs[arm]]
+    unknown, spans = unknown_gaps(e), [f'span:{L}' for L in e['spans']]
     fims = [arm for arm in arms if FIM_ARMS[arm][2].get('fim_rate')]
     aos = [arm for arm in arms if FIM_ARMS[arm][1] == 'mixed']
     column = lambda arm, unknown=False: ('fim_unknown' if unknown else 'fim') if arm in fims else \
         ('unknown' if unknown else 'gap_l2r') if arm in aos else 'left'
     numbers = {f'{label[arm]}: left to right (nats/char)': spread(l2r(arm)) for arm in arms}
     numbers |= {f'{label[arm]}: {s}, length given': spread(gap(arm, s, column(arm))) for arm in arms
-                for s in spans + [rng]}
-    numbers |= {f'{label[arm]}: {rng}, length unknown': spread(gap(arm, rng, column(arm, True)))
-                for arm in fims + aos}
-    numbers |= {f'{label[arm]}: {rng}, {mode} fills, {key}': spread(fill(arm, mode, key)) for arm in fims + aos
-                for mode in ('greedy', 'sample') for key in (*FILL_WHAT, 'length_error')}
+                for s in spans + unknown}
+    numbers |= {f'{label[arm]}: {u}, length unknown': spread(gap(arm, u, column(arm, True)))
+                for arm in fims + aos for u in unknown}
+    numbers |= {f'{label[arm]}: {u}, {mode} fills, {key}': spread(fill(arm, u, mode, key)) for arm in fims + aos
+                for u in unknown for mode in ('greedy', 'sample') for key in (*FILL_WHAT, 'length_error')}
     stuck = m.stuck([n for names in runs.values() for n in names])
     claims, said = [], lambda key, **kw: CLAIMS[key].format(on=on, **kw)
     rate = lambda arm: FIM_ARMS[arm][2]['fim_rate']
@@ -228,15 +248,15 @@ def regime_results(m, p, regime):
                             decide=lambda interval, _: comparable(interval, FREE)))
         for a in aos:
             text = dict(arm=label[a], rate=rate(f))
-            claims += [claim(said('given', gap=s.partition(':')[2], **text), {},
+            claims += [claim(said('given', gap=gap_words(s), **text), {},
                              unpaired_interval(gap(f, s, 'fim'), gap(a, s, 'gap_l2r')), stuck=stuck)
-                       for s in spans + [rng]]
-            claims.append(claim(said('unknown', gap=f"{e['range'][0]} to {e['range'][1]}", **text), {},
-                                unpaired_interval(gap(f, rng, 'fim_unknown'), gap(a, rng, 'unknown')),
-                                stuck=stuck))
-            claims += [claim(said('fills', what=FILL_WHAT[key], gap=f"{e['range'][0]} to {e['range'][1]}", **text), {},
-                             unpaired_interval(fill(a, 'greedy', key), fill(f, 'greedy', key)), stuck=stuck)
-                       for key in FILL_WHAT]
+                       for s in spans + unknown]
+            for u in unknown:
+                claims.append(claim(said('unknown', gap=gap_words(u), **text), {},
+                                    unpaired_interval(gap(f, u, 'fim_unknown'), gap(a, u, 'unknown')), stuck=stuck))
+                claims += [claim(said('fills', what=FILL_WHAT[key], gap=gap_words(u), **text), {},
+                                 unpaired_interval(fill(a, u, 'greedy', key), fill(f, u, 'greedy', key)),
+                                 stuck=stuck) for key in FILL_WHAT]
             claims.append(claim(said('tax', **text), {}, unpaired_interval(l2r(a), l2r(f)), stuck=stuck))
     lengths = [int(s.partition(':')[2]) for s in spans]
     figure = m.figure(f'ours_fim_{regime}.png', f'(Ours) Gaps of a given length, {regime}',
