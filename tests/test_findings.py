@@ -418,7 +418,9 @@ def test_a_second_call_trains_nothing_and_only_selects(smoke, workdir):
     assert 'sigma' not in result.stdout  # finding 8's runs are not needed
     assert metrics_files(out) == before
     results = json.loads((out / 'results.json').read_text())
-    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '6']
+    # 1 and 6 drawn again, the first call's other findings kept, in the registry's order
+    assert [f['finding'] for f in results['findings']] == ['sweep', '1', '2', '3', '4', '6', '8', 'plateau', 'long',
+                                                          'length', 'infill', 'adapt', 'streams']
     key = 'wall minutes, summed over the calls that ran jobs'  # the first call's, not this one's few seconds
     assert results['settings'][key] == wall[key] > 0
 
