@@ -63,13 +63,18 @@ def test_train_compares_learned_and_rotary_positions(tmp_path, one_thread):
     assert 'rotary cost' in out, out
 
 
+def rows_after_batch_header(out):
+    """The split lines of a bench table after its header row, which starts with 'batch'."""
+    lines = out.splitlines()
+    return [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.split()[:1] == ['batch']) + 1:]]
+
+
 @pytest.mark.slow  # transformers in a fresh interpreter
 def test_generate_compares_transformers_cache_with_none_and_with_the_folders_sampler(tmp_path, one_thread):
     out = run_script('bench.py', '--run=generate', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--vocab_size=50', '--sample_block_size=16', '--sample_steps=4', '--generate_tokens=12',
                      '--batch_size=2', '--rounds=1', cwd=tmp_path).stdout
-    lines = out.splitlines()
-    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.split()[:1] == ['batch']) + 1:]]
+    rows = rows_after_batch_header(out)
     # each batch: the three timings, two ratios, and the same greedy tokens by all three
     assert [r[0] for r in rows] == ['1', '2'] and all(r[4].endswith('x') and r[6] == 'yes' for r in rows), out
     says(one_line_error('bench.py', '--run=generate', '--sample_block_size=16', '--sample_steps=4',
@@ -80,8 +85,7 @@ def test_infill_times_the_posterior_and_the_fim_gpt_side_by_side(tmp_path, one_t
     out = run_script('bench.py', '--run=infill', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--vocab_size=20', '--sample_block_size=24', '--infill_cap=6', '--infill_context=3',
                      '--infill_batches=1,3', '--rounds=1', cwd=tmp_path).stdout
-    lines = out.splitlines()
-    rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.split()[:1] == ['batch']) + 1:]]
+    rows = rows_after_batch_header(out)
     # each batch: the length chosen, AO-GPT's time, the posterior's, the FIM GPT's, both ratios
     assert [r[0] for r in rows] == ['1', '3'] and all(1 <= int(r[1]) <= 6 and r[5].endswith('x') for r in rows), out
     says(one_line_error('bench.py', '--run=infill', '--sample_block_size=24', '--infill_cap=20', cwd=tmp_path),
