@@ -159,7 +159,7 @@ def checkpoint(p, regime, folder):
 def evaluations(p, seed_list, folders):
     """eval_ppl.py on each reported run, on the half of val that chose nothing: left to right (fim_l2r.json); gaps of
     given lengths (fim_gaps.json) and of unknown lengths (a range, a line), scored and filled with the length given
-    and not (fim_range.json), on chunks that leave the FIM GPT's sentinels and the lengths room (fim_jobs)."""
+    and not (fim_range.json, fim_line.json), on chunks that leave the FIM GPT's sentinels and the lengths room (fim_jobs)."""
     jobs = []
     for dataset, runs in fim_corpora(p, seed_list):
         for regime, name in [(fim_regime(n), n) for names in runs.values() for n in names]:
@@ -173,15 +173,24 @@ def evaluations(p, seed_list, folders):
 
 
 def fim_jobs(e):
-    """{file: eval_ppl.py flags} of one run's evaluations."""
-    return {'l2r': dict(ensemble=1),
+    """{file: eval_ppl.py flags} of one run's evaluations: lines on their own, over more chunks (line_chunks), as few
+    chunks of code hold a whole short line."""
+    range_, line = unknown_gaps(e)[0], unknown_gaps(e)[1:]
+    jobs = {'l2r': dict(ensemble=1),
             'gaps': dict(gaps=','.join(f'span:{L}' for L in e['spans']), block_size=e['block']),
-            'range': dict(gaps=','.join(unknown_gaps(e)), fills='greedy,sample', block_size=e['range_block'])}
+            'range': dict(gaps=range_, fills='greedy,sample', block_size=e['range_block'])}
+    return jobs | ({'line': jobs['range'] | dict(gaps=line[0], max_chunks=e.get('line_chunks', e['max_chunks']))}
+                   if line else {})
 
 
 def unknown_gaps(e):
     """The gap settings of unknown length: the range, and on code a single line (line:H)."""
     return [f"range:{e['range'][0]}-{e['range'][1]}"] + ([f"line:{e['line']}"] if e.get('line') else [])
+
+
+def gap_file(setting):
+    """The evaluation file (fim_<file>.json) that scores a gap setting."""
+    return {'span': 'gaps', 'range': 'range', 'line': 'line'}[setting.partition(':')[0]]
 
 
 def gap_words(setting):
@@ -223,9 +232,9 @@ def regime_results(m, p, regime):
     label = {arm: FIM_ARMS[arm][0] for arm in arms}
     on = '' if regime == next(iter(p['fim']['regimes'])) else f', {regime}'
     l2r = lambda arm: [math.log(results_of(m, n, 'l2r')['ppl']['l2r']) for n in runs[arm]]
-    gap = lambda arm, setting, column: [results_of(m, n, 'gaps' if setting.startswith('span') else 'range',
-                                                   setting)['nll'][column] for n in runs[arm]]
-    fill = lambda arm, u, mode, key: [results_of(m, n, 'range', u)['fills'][f'{mode}, length unknown'][key]
+    gap = lambda arm, setting, column: [results_of(m, n, gap_file(setting), setting)['nll'][column]
+                                        for n in runs[arm]]
+    fill = lambda arm, u, mode, key: [results_of(m, n, gap_file(u), u)['fills'][f'{mode}, length unknown'][key]
                                       for n in runs[arm]]
     unknown, spans = unknown_gaps(e), [f'span:{L}' for L in e['spans']]
     fims = [arm for arm in arms if FIM_ARMS[arm][2].get('fim_rate')]

@@ -74,8 +74,11 @@ PRESETS = {
         # train.py flags, eval: their own evaluation settings}; a name without '-'), the ladders of its sweep (the
         # grid, with the step below and above it); its evaluations: spans on chunks of `block` (the FIM GPT's 4 tokens
         # left free in 64), a range of lengths on chunks of range_block (and room for the range's 15 more); a
-        # regime's `line`: single lines of up to that many characters too
-        fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'), regimes={'play': {}},
+        # regime's `line`: single lines of up to that many characters too, read in the first line_chunks chunks (1 in
+        # 20 chunks of 45 characters of Python holds a whole line of 1 to 16)
+        fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'),
+                 regimes={'play': {}, 'python': dict(train=dict(dataset='python_char'),
+                                                     eval=dict(line=16, line_chunks=2000))},
                  ladders=dict(learning_rate=(1e-3, 3e-3, 1e-2, 3e-2), dropout=(None, 0.0, 0.1, 0.2)),
                  eval=dict(spans=(4, 16), block=60, range=(1, 16), range_block=45, max_chunks=100)),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
