@@ -35,7 +35,7 @@ from aogpt.fim import fim_batch, fim_vocab_size
 from aogpt.runs import (PREEMPTED, Preemption, append_metrics, benchmark_chunks, check_data, check_files, check_finite,
                         check_fit, check_model_settings, check_resume, check_run_settings, gap_eval_chunks, is_best,
                         keep_best_note, metrics_record, parent_record, read_parent, run_files, run_order,
-                        start_metrics, start_mode, world_size_note)
+                        selection_reading, start_metrics, start_mode, world_size_note)
 from aogpt.scoring import parse_gaps
 from aogpt.training import (check_orders, describe_losses, gap_losses, learning_rate_at, make_ema, mean_loss,
                             order_settings, shares_at, training_inputs, val_half)
@@ -52,8 +52,9 @@ eval_iters = 200
 eval_gaps = ''  # also each gap's val NLL given the rest, as eval_ppl.py --gaps, e.g. span:4,span:16 (on eval_iters x
 # batch_size val chunks)
 eval_only = False  # evaluate the checkpoint once and exit
-keep_best = ''  # '' or a reading, 'l2r' or 'ao' (the encoder's NELBO): keep out_dir/best.pt at its lowest on the first
-# half of val.bin (select_* in metrics.jsonl); val_* and the gaps are then read on the second half, which chose nothing
+keep_best = ''  # '' or a reading, 'l2r' or 'ao' (the encoder's NELBO), or both weighted ('l2r:0.1,ao:0.9'): keep
+# out_dir/best.pt at its lowest on the first half of val.bin (select_* in metrics.jsonl); val_* and the gaps are then
+# read on the second half, which chose nothing
 init_from = 'scratch'  # 'scratch', 'resume', 'auto' (resume if out_dir has a ckpt.pt), a checkpoint path / hf:..., or
 # GPT-2: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a folder saved by transformers (sigma-GPT's recipe)
 overwrite = False  # let a scratch run replace the checkpoint already in out_dir
@@ -396,7 +397,7 @@ while not written_only:
         if wandb_log:
             wandb.log(record)
         if is_best(best, losses, keep_best):
-            best = dict(iter=iter_num, loss=losses[f'select_{keep_best}'])
+            best = dict(iter=iter_num, loss=selection_reading(losses, keep_best))
             save_checkpoint(checkpoint_now(elapsed), best_path)  # before ckpt.pt: a resume re-evaluates, not skips
             print(f'saved the best {keep_best} reading so far to {best_path}')
         if iter_num > 0:

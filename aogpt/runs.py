@@ -40,7 +40,8 @@ SETTINGS_RULES = {  # train.py's settings, and what each must be
     'learning_rate': above(0), 'min_lr': at_least(0), 'weight_decay': at_least(0), 'grad_clip': at_least(0),
     'beta1': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'beta2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
     'dropout': (lambda v: 0 <= v < 1, 'in [0, 1)'), 'input_mask': (lambda v: 0 <= v < 1, 'in [0, 1)'),
-    'keep_best': (lambda v: v in ('', 'l2r', 'ao'), "'' (no best checkpoint), 'l2r' or 'ao'"),
+    'keep_best': (lambda v: v == '' or reading_weights(v) is not None,
+                  "'' (no best checkpoint), 'l2r', 'ao' or both weighted, e.g. 'l2r:0.1,ao:0.9'"),
     'random_ratio': between(0, 1), 'ema_decay': between(0, 1), 'fim_rate': between(0, 1),
     'target_init_std': above(0),
     # adaLN's gate multiplies its block's output (no sigmoid; model.AdaLNBlock): 0 shuts the block, 1 opens it.
@@ -432,9 +433,34 @@ def append_metrics(path, record):
         f.write(json.dumps(record) + '\n')
 
 
+READINGS = ('l2r', 'ao')  # what keep_best weighs: the selection half's left-to-right and any-order losses
+
+
+def reading_weights(keep_best):
+    """keep_best as {reading: weight}: 'l2r' or 'ao' alone, or weights of both ('l2r:0.1,ao:0.9': an AO-GPT mix's own
+    objective, the sum of select_<reading> x weight); None for anything else."""
+    if keep_best in READINGS:
+        return {keep_best: 1.0}
+    weights = {}
+    for part in keep_best.split(','):
+        name, _, weight = part.partition(':')
+        try:
+            weights[name] = parse_number(weight)
+        except ValueError:
+            return None
+        if name not in READINGS or not 0 < weights[name] < math.inf:
+            return None
+    return weights if len(weights) == len(keep_best.split(',')) else None
+
+
+def selection_reading(losses, keep_best):
+    """keep_best's reading of an evaluation (losses: its select_* losses and others)."""
+    return sum(w * losses[f'select_{name}'] for name, w in reading_weights(keep_best).items())
+
+
 def is_best(best, losses, keep_best):
     """Whether keep_best's selection reading of this evaluation is the lowest so far (best: best.pt's record)."""
-    return bool(keep_best) and (best is None or losses[f'select_{keep_best}'] < best['loss'])
+    return bool(keep_best) and (best is None or selection_reading(losses, keep_best) < best['loss'])
 
 
 # -----------------------------------------------------------------------------

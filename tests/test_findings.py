@@ -1079,20 +1079,29 @@ def test_the_scarce_claims_read_each_run_at_its_best_evaluation(tmp_path):
 def test_finding_fim_sweeps_steps_past_the_edge_and_reports_fresh_seeds(workdir, tmp_path, one_thread):
     """The smoke preset's finding fim: its grid (one learning rate, dropout 0) puts the winner on the dropout's upper
     edge, so a run one step past it (0.1) trains too; the reported seeds are fresh runs at the winner, none of them
-    the sweep's seed; every claim has its interval; the second regime hides single lines too."""
-    from aogpt.experiments.fim import FIM_ARMS, SWEEP_SEED
+    the sweep's seed; every claim has its interval. The second regime hides single lines too, and stops early: each
+    run keeps best.pt at its arm's own objective on val's first half, the sweep chooses there at each run's best, and
+    the evaluations read best.pt."""
+    from aogpt.experiments.fim import SWEEP_SEED
     from aogpt.experiments.presets import PRESETS
     out = tmp_path / 'fim'
     run_script('findings.py', '--preset=smoke', f'--out_dir={out}', '--only=fim', cwd=workdir)
+    objective = {'ao-fim-mix': {'l2r': 0.1, 'ao': 0.9}}
     for arm in PRESETS['smoke']['fim']['arms']:
-        def loss(dropout):
-            final = json.loads((out / 'runs' / f'fim-sweep-{arm}-play-lr0.01-d{dropout:g}' / 'metrics.jsonl')
-                               .read_text().splitlines()[-1])
-            return sum(w * final[k] for k, w in FIM_ARMS[arm][3].items())
+        weights = objective.get(arm, {'l2r': 1.0})
+        records = lambda regime, dropout: [json.loads(line) for line in (
+            out / 'runs' / f'fim-sweep-{arm}-{regime}-lr0.01-d{dropout:g}' / 'metrics.jsonl').read_text().splitlines()]
+        final = lambda dropout: sum(w * records('play', dropout)[-1][f'val_{k}'] for k, w in weights.items())
+        best = lambda dropout: min(sum(w * r[f'select_{k}'] for k, w in weights.items())
+                                   for r in records('lines', dropout))
         for seed in (1337, 1):
             args = json.loads((out / 'runs' / f'fim-{arm}-play-s{seed}' / 'args.json').read_text())
-            assert args['seed'] == seed != SWEEP_SEED and args['eval_gaps'] == ''
-            assert args['dropout'] == min((0.0, 0.1), key=loss)
+            assert args['seed'] == seed != SWEEP_SEED and args['eval_gaps'] == '' and 'keep_best' not in args
+            assert args['dropout'] == min((0.0, 0.1), key=final)
+            args = json.loads((out / 'runs' / f'fim-{arm}-lines-s{seed}' / 'args.json').read_text())
+            assert args['keep_best'] == {'ao-fim-mix': 'l2r:0.1,ao:0.9'}.get(arm, 'l2r')
+            assert args['dropout'] == min((0.0, 0.1), key=best)
+            assert 'best.pt' in (out / 'runs' / f'fim-{arm}-lines-s{seed}' / 'fim_line.log').read_text()
     finding = next(f for f in json.loads((out / 'results.json').read_text())['findings'] if f['finding'] == 'fim')
     # the sweep; then per regime FIM for free and per AO-GPT arm the gaps given (span, range, line), the gaps unknown
     # (range, line), 3 fills of each, the tax

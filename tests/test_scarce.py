@@ -76,6 +76,16 @@ def test_the_best_checkpoint_is_the_run_at_its_best_evaluation(workdir):
             assert torch.equal(tensor, best[part][name]), f'{part} {name}'
 
 
+def test_a_weighted_best_is_kept_at_the_lowest_weighted_reading(workdir):
+    """--keep_best=l2r:0.3,ao:0.7 (an AO-GPT mix's own objective) keeps best.pt at the evaluation whose weighted sum of
+    the selection readings is the lowest, and records that sum."""
+    train(workdir, 'out-best-weighted', *OVERFIT[:-1], '--keep_best=l2r:0.3,ao:0.7', '--max_iters=15')
+    weighted = {r['iter']: 0.3 * r['select_l2r'] + 0.7 * r['select_ao'] for r in metrics(workdir, 'out-best-weighted')}
+    lowest = min(weighted, key=weighted.get)
+    best = torch.load(workdir / 'out-best-weighted' / 'best.pt', weights_only=True)
+    assert best['iter_num'] == lowest and best['best'] == dict(iter=lowest, loss=pytest.approx(weighted[lowest]))
+
+
 def test_a_resumed_prefix_run_is_the_uninterrupted_one(workdir):
     """The prefix, the best so far and the hidden inputs go on exactly over a resume: the same weights, metrics and
     best.pt."""

@@ -15,7 +15,7 @@ import os
 
 from aogpt.experiments.finding import Finding, Sweep
 from aogpt.experiments.jobs import read_metrics, script_job
-from aogpt.experiments.measure import claim, comparable
+from aogpt.experiments.measure import STUCK, claim, comparable
 from aogpt.experiments.orders import FIM_MIX, L2R_FIM
 from aogpt.experiments.readings import arm_of
 from aogpt.experiments.sweep import edge_points, ladder_grid, run_flags
@@ -23,18 +23,19 @@ from aogpt.report import spread, unpaired_interval
 
 SWEEP_SEED = 7  # none of presets.SEEDS: the sweep's runs are never reported seeds
 FREE = 0.02  # nats: "FIM for free" holds within this of the GPT
-# {arm: (label, kind, its train.py flags, its own objective: {metrics key: weight})}
+# {arm: (label, kind, its train.py flags, its own objective: {reading: weight}, l2r and ao as train.py reads them)}
 FIM_ARMS = {
-    'gpt': ('left-to-right GPT', 'l2r', {}, {'val_l2r': 1.0}),
-    'fim50': ('FIM GPT, FIM rate 0.5', 'l2r', dict(fim_rate=0.5), {'val_l2r': 1.0}),
-    'fim90': ('FIM GPT, FIM rate 0.9', 'l2r', dict(fim_rate=0.9), {'val_l2r': 1.0}),
+    'gpt': ('left-to-right GPT', 'l2r', {}, {'l2r': 1.0}),
+    'fim50': ('FIM GPT, FIM rate 0.5', 'l2r', dict(fim_rate=0.5), {'l2r': 1.0}),
+    'fim90': ('FIM GPT, FIM rate 0.9', 'l2r', dict(fim_rate=0.9), {'l2r': 1.0}),
     'ao-fim-mix': ('AO-GPT, 10% left to right, 40% FIM orders, 50% random', 'mixed', dict(order_mix=FIM_MIX),
-                   {'val_l2r': 0.1, 'val_ao': 0.9}),
-    'ao-l2r-fim': ('AO-GPT, 50% left to right, 50% FIM orders', 'mixed', dict(order_mix=L2R_FIM), {'val_l2r': 1.0}),
+                   {'l2r': 0.1, 'ao': 0.9}),
+    'ao-l2r-fim': ('AO-GPT, 50% left to right, 50% FIM orders', 'mixed', dict(order_mix=L2R_FIM), {'l2r': 1.0}),
 }
 RULE = ("each arm's learning rate and dropout swept together in each regime on seed {seed}, a winner on the grid's "
         'edge given one step past it; the lowest validation loss in the arm\'s own objective wins (at the last '
-        'evaluation, or at the best one where the regime keeps the best): the GPT and the FIM GPT left to right (a '
+        'evaluation; where the regime stops early, at its best on the first half of val, where best.pt is chosen, '
+        'the second reporting): the GPT and the FIM GPT left to right (a '
         "FIM GPT's val windows are plain text), AO-GPT on the FIM mix its left-to-right share on val_l2r and the rest "
         'on val_ao (random orders), AO-GPT on l2r:0.5,fim:0.5, which reads no random order, left to right')
 
@@ -58,16 +59,35 @@ def sweep_run(arm, regime, point):
 
 def fim_flags(p, chosen, arm, regime, seed, point):
     """train.py's flags of one run: its kind's chosen settings at the point's learning rate (min_lr a tenth), the
-    arm's own flags, the point's dropout and the regime's flags; no gaps read in training (eval_ppl.py reads them)."""
+    arm's own flags, the point's dropout and the regime's flags (where it stops early, best.pt kept at the arm's own
+    objective); no gaps read in training (eval_ppl.py reads them)."""
     _, kind, own, _ = FIM_ARMS[arm]
     flags = run_flags(p, kind, chosen[kind][0] | dict(learning_rate=point['learning_rate']), seed)
     if own.get('order_mix'):
         del flags['random_ratio']
-    return flags | own | dict(dropout=point['dropout'], eval_gaps='') | regime_train(p, regime)
+    best = dict(keep_best=objective_flag(arm)) if stops_early(p, regime) else {}
+    return flags | own | dict(dropout=point['dropout'], eval_gaps='') | regime_train(p, regime) | best
+
+
+def stops_early(p, regime):
+    """Whether a regime stops early: each run keeps best.pt at its lowest reading in its arm's own objective on the
+    first half of val (train.py --keep_best) and is reported on the second."""
+    return bool(p['fim']['regimes'][regime].get('best'))
+
+
+def objective_flag(arm):
+    """train.py's --keep_best of an arm's own objective: a reading ('l2r') or readings weighted ('l2r:0.1,ao:0.9')."""
+    weights = FIM_ARMS[arm][3]
+    return next(iter(weights)) if list(weights.values()) == [1.0] else ','.join(f'{k}:{w:g}' for k, w in weights.items())
+
+
+def objective_loss(arm, record, half='val'):
+    """An arm's own objective in one metrics.jsonl record, read on val (half='val') or on its selection half."""
+    return sum(w * record[f'{half}_{k}'] for k, w in FIM_ARMS[arm][3].items())
 
 
 def regime_train(p, regime):
-    """A regime's train.py flags (a corpus, a block, a prefix with keep_best)."""
+    """A regime's train.py flags (a corpus, a block, a prefix)."""
     return p['fim']['regimes'][regime].get('train', {})
 
 
@@ -87,10 +107,11 @@ def grid_runs(p, chosen):
 
 
 def selection_loss(arm, regime, p, records):
-    """A run's loss in its arm's own objective: at its last evaluation, or at its best where the regime keeps one."""
-    objective = FIM_ARMS[arm][3]
-    loss = lambda r: sum(w * r[k] for k, w in objective.items())
-    return min(map(loss, records)) if regime_train(p, regime).get('keep_best') else loss(records[-1])
+    """A run's loss in its arm's own objective: at its last evaluation on val, or where the regime stops early at its
+    best on the selection half (best.pt's reading)."""
+    if stops_early(p, regime):
+        return min(objective_loss(arm, r, 'select') for r in records)
+    return objective_loss(arm, records[-1])
 
 
 def swept_points(p, runs_dir, arm, regime):
@@ -148,12 +169,19 @@ def fim_corpora(p, seed_list):
 
 def own_loss(name, final):
     """A run's final loss in its arm's own objective (a sweep run's too)."""
-    arm = arm_of(name.replace('fim-sweep-', 'fim-'), FIM_ARMS)
-    return sum(w * final[k] for k, w in FIM_ARMS[arm][3].items())
+    return objective_loss(arm_of(name.replace('fim-sweep-', 'fim-'), FIM_ARMS), final)
 
 
 def checkpoint(p, regime, folder):
-    return os.path.join(folder, 'best.pt' if regime_train(p, regime).get('keep_best') else 'ckpt.pt')
+    return os.path.join(folder, 'best.pt' if stops_early(p, regime) else 'ckpt.pt')
+
+
+def stuck_runs(m, p, regime, runs):
+    """The runs ({arm: names}) whose loss in their own objective (selection_loss: where the regime stops early, at
+    the best, as the final one after the data repeated may be far above it) sits at the unigram entropy: they did not
+    learn."""
+    return [n for arm, names in runs.items() for n in names
+            if selection_loss(arm, regime, p, m.metrics(n)) > m.unigrams.get(n, m.unigram) - STUCK]
 
 
 def evaluations(p, seed_list, folders):
@@ -248,7 +276,7 @@ def regime_results(m, p, regime):
                 for arm in fims + aos for u in unknown}
     numbers |= {f'{label[arm]}: {u}, {mode} fills, {key}': spread(fill(arm, u, mode, key)) for arm in fims + aos
                 for u in unknown for mode in ('greedy', 'sample') for key in (*FILL_WHAT, 'length_error')}
-    stuck = m.stuck([n for names in runs.values() for n in names])
+    stuck = stuck_runs(m, p, regime, runs)
     claims, said = [], lambda key, **kw: CLAIMS[key].format(on=on, **kw)
     rate = lambda arm: FIM_ARMS[arm][2]['fim_rate']
     for f in fims:

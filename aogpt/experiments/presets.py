@@ -71,7 +71,7 @@ PRESETS = {
                     spans=(1, 4, 16), dropout=(0.1, 0.3), extras=({}, dict(weight_decay=0.5), dict(input_mask=0.15)),
                     eval=dict(ensemble=16, max_chunks=100)),
         # finding fim: its arms (the FIM GPT at 0.9 left out first, for the budget), its regimes ({name: their
-        # train.py flags, eval: their own evaluation settings}; a name without '-'), the ladders of its sweep (the
+        # train.py flags, eval: their own evaluation settings, best: it stops early}; a name without '-'), the ladders of its sweep (the
         # grid, with the step below and above it); its evaluations: spans on chunks of `block` (the FIM GPT's 4 tokens
         # left free in 64), a range of lengths on chunks of range_block (and room for the range's 15 more); a
         # regime's `line`: single lines of up to that many characters too, read in the first line_chunks chunks (1 in
@@ -122,8 +122,8 @@ PRESETS = {
                     spans=(1, 4), dropout=(0.1,), extras=({}, dict(input_mask=0.15)),
                     eval=dict(ensemble=4, max_chunks=4, mc_samples=4)),
         fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'),
-                 regimes={'play': {}, 'lines': dict(train=dict(batch_size=2), eval=dict(line=10, range_block=22,
-                                                                                       max_chunks=8))},
+                 regimes={'play': {}, 'lines': dict(train=dict(batch_size=2, train_tokens=2000), best=True,
+                                                    eval=dict(line=10, range_block=22, max_chunks=8))},
                  ladders=dict(learning_rate=(None, 1e-2, None), dropout=(None, 0.0, 0.1)),
                  eval=dict(spans=(4,), block=28, range=(1, 4), range_block=25, max_chunks=4)),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,
