@@ -490,7 +490,8 @@ def slow_length_logprobs(model, ids, known, at, lengths):
         after = [i for i in range(at + L, len(row)) if row_known[i]]
         rest = [i for i in range(len(row)) if i not in before + after]
         order = torch.tensor(before + after + rest)
-        logits, _ = model(torch.tensor([row]), order[None])
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([row]), order[None])
         logp = logits[0].log_softmax(-1)
         scores.append(sum(float(logp[len(before) + j, row[i]]) for j, i in enumerate(after)))
     return torch.tensor(scores, dtype=torch.float64).log_softmax(0)

@@ -255,7 +255,8 @@ def slow_fim_given(model, prefix, middle, suffix):
     from aogpt.fim import fim_prompt, sentinel_ids
     row, total = fim_prompt(prefix, suffix, sentinel_ids(N)), 0.0
     for token in middle:
-        logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])  # the last slot: the next
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])  # the last slot: the next
         total += float(logits[0, len(row), :N].double().log_softmax(-1)[token])
         row.append(token)
     return total
