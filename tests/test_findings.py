@@ -1114,6 +1114,67 @@ def test_finding_fim_sweeps_steps_past_the_edge_and_reports_fresh_seeds(workdir,
     assert (out / 'ours_fim_lines.png').read_bytes().startswith(PNG)
 
 
+def test_a_ladder_sweep_steps_past_its_grids_edge_and_chooses_over_both():
+    """sweep.Ladders: the grid is each ladder's inner values crossed; the grid's winner gets the step past each edge
+    it sits on (none where the ladder has no rung there, none for an inner value), once every grid point has run; the
+    winner is the lowest over the grid and the steps that have run."""
+    from aogpt.experiments.sweep import Ladders
+    sweep = Ladders(dict(learning_rate=(1e-3, 3e-3, 1e-2, 3e-2), dropout=(None, 0.0, 0.1, 0.2, 0.3)))
+    assert [(pt['learning_rate'], pt['dropout']) for pt in sweep.grid()] == \
+        [(3e-3, 0.0), (3e-3, 0.1), (3e-3, 0.2), (1e-2, 0.0), (1e-2, 0.1), (1e-2, 0.2)]
+    losses = {(3e-3, 0.0): 1.0, (3e-3, 0.1): 1.2, (3e-3, 0.2): 1.4, (1e-2, 0.0): 1.1, (1e-2, 0.1): 1.3, (1e-2, 0.2): 1.5}
+    loss_of = lambda pt: losses.get((pt['learning_rate'], pt['dropout']))
+    assert sweep.steps(lambda pt: None if pt['dropout'] == 0.2 else loss_of(pt)) == []
+    assert sweep.steps(loss_of) == [dict(learning_rate=1e-3, dropout=0.0)]  # no dropout below 0
+    assert sweep.winner(loss_of) == dict(learning_rate=3e-3, dropout=0.0)  # its step has not run
+    losses[1e-3, 0.0] = 0.9
+    assert sweep.winner(loss_of) == dict(learning_rate=1e-3, dropout=0.0)
+    losses[1e-2, 0.1] = 0.5  # the learning rate on its upper edge, dropout inside: one step
+    assert sweep.steps(loss_of) == [dict(learning_rate=3e-2, dropout=0.1)]
+    assert sweep.winner(loss_of) == dict(learning_rate=1e-2, dropout=0.1)
+
+
+def test_finding_scarce_sweeps_the_learning_rate_with_the_regularizers_on_a_seed_of_its_own(tmp_path):
+    """Finding scarce's sweep (the cpu preset): each swept arm's learning rate, dropout and weight decay crossed on
+    SWEEP_SEED (min_lr a tenth), whatever rate its kind chose; the grid's winner on edges gets the steps past them,
+    the winner over both is what every reported seed trains fresh, and the paper's mix takes the FIM mix's."""
+    import itertools
+    from aogpt.experiments.presets import PRESETS, SWEEP_SEED
+    from aogpt.experiments.scarce import choose_points, edge_runs, scarce_runs, sweep_run, sweep_runs
+    p = PRESETS['cpu']
+    chosen = {kind: (dict(learning_rate=lr, gate_init=1.0, position_encoding='rotary'),)
+              for kind, lr in (('l2r', 1e-2), ('mixed', 3e-3), ('encoder', 3e-3))}
+    grid = sweep_runs(p, chosen)
+    assert all(f['seed'] == SWEEP_SEED and f['min_lr'] == f['learning_rate'] / 10 and f['train_tokens'] == 50_000
+               for f in grid.values())
+    for arm in ('gpt', 'fim-mix', 'encoder'):
+        points = {(f['learning_rate'], f['dropout'], f['weight_decay']) for name, f in grid.items()
+                  if name.startswith(f'scarce-sweep-{arm}-lr')}
+        assert points == set(itertools.product((3e-3, 1e-2), (0.1, 0.3), (0.05, 0.5)))
+    assert len(grid) == 24
+
+    def record(name, reading):  # one evaluation: the selection readings, the arm's own read by its best
+        os.makedirs(tmp_path / name, exist_ok=True)
+        (tmp_path / name / 'metrics.jsonl').write_text(json.dumps(dict(iter=4000, select_l2r=reading,
+                                                                         select_ao=reading)) + '\n')
+    point = lambda lr, d, wd: dict(learning_rate=lr, dropout=d, weight_decay=wd)
+    for arm in ('gpt', 'fim-mix', 'encoder'):
+        for lr, d, wd in itertools.product((3e-3, 1e-2), (0.1, 0.3), (0.05, 0.5)):
+            record(sweep_run(arm, point(lr, d, wd)), 2.0 + (lr == 3e-3) + (d == 0.3) + (wd == 0.05) / 2)
+    steps = edge_runs(p, chosen, str(tmp_path))
+    assert {n for n in steps if n.startswith('scarce-sweep-gpt-')} == {
+        sweep_run('gpt', pt) for pt in (point(3e-2, 0.1, 0.5), point(1e-2, 0.0, 0.5), point(1e-2, 0.1, 1.0))}
+    assert steps[sweep_run('gpt', point(3e-2, 0.1, 0.5))]['min_lr'] == 3e-3
+    record(sweep_run('gpt', point(1e-2, 0.1, 1.0)), 1.5)
+    choice = choose_points(p, chosen, str(tmp_path))
+    assert choice['gpt'] == point(1e-2, 0.1, 1.0) and choice['fim-mix'] == point(1e-2, 0.1, 0.5)
+    runs = scarce_runs(p, chosen, (1337, 1, 2), choice)
+    gpt = runs['scarce-gpt-50k-s1337']
+    assert (gpt['seed'], gpt['learning_rate'], gpt['dropout'], gpt['weight_decay']) == (1337, 1e-2, 0.1, 1.0)
+    assert runs['scarce-paper-50k-s2']['weight_decay'] == runs['scarce-fim-mix-50k-s2']['weight_decay'] == 0.5
+    assert not set(runs) & set(grid)
+
+
 def test_a_call_with_only_keeps_the_other_findings_of_the_folder(tmp_path):
     """--only=fim rewrites fim's section: an earlier call's other findings at the same preset are kept, the sweep's
     section is drawn again, and another preset's results are not mixed in."""

@@ -145,9 +145,10 @@ def test_a_hidden_input_reads_as_the_start_token_and_keeps_its_target(kind):
 
 def test_the_little_data_config_trains_what_finding_scarce_trained(workdir):
     """config/train_shakespeare_char_scarce.py, as train.py reads it, holds every flag of the finding's FIM-mix run on
-    the 50k prefix (its args.json, in the repo), seed and reporting aside."""
+    the 50k prefix (its args.json, in the repo: the first protocol's run, until the rerun), seed and reporting aside."""
     config = os.path.join(ROOT, 'config', 'train_shakespeare_char_scarce.py')
-    with open(os.path.join(ROOT, 'docs', 'findings-cpu-ours', 'runs', 'scarce-fim-mix-50k-s1', 'args.json')) as f:
+    with open(os.path.join(ROOT, 'docs', 'findings-cpu-ours', 'runs-scarce-v1', 'scarce-fim-mix-50k-s1',
+                           'args.json')) as f:
         run = {k: v for k, v in json.load(f).items() if k not in ('config', 'seed', 'log_interval', 'eval_gaps')}
     run_script('train.py', config, '--max_iters=0', '--out_dir=out-scarce-config', cwd=workdir)  # its weights only
     stored = stored_checkpoint(workdir, 'out-scarce-config')['config'] | dict(max_iters=read_config_file(config)[

@@ -5,7 +5,7 @@ mix and on l2r:0.5,fim:0.5 (the order mix closest to the FIM GPT, with every tok
 preset's corpus with fresh data, and more as the preset lists them (a corpus, a prefix with early stopping).
 
 The protocol: each arm's learning rate and dropout are swept together in each regime on a seed that is not
-reported (SWEEP_SEED); a winner on an edge of the grid gets one step past it (sweep.edge_points); the lowest reading
+reported (SWEEP_SEED); a winner on an edge of the grid gets one step past it (sweep.Ladders); the lowest reading
 in the arm's own objective wins (RULE). The reported seeds are then trained fresh at the winner, and every interval
 has the seed as its unit.
 """
@@ -18,10 +18,10 @@ from aogpt.experiments.jobs import read_metrics, script_job
 from aogpt.experiments.measure import STUCK, claim, comparable
 from aogpt.experiments.orders import FIM_MIX, L2R_FIM
 from aogpt.experiments.readings import arm_of
-from aogpt.experiments.sweep import edge_points, ladder_grid, run_flags
+from aogpt.experiments.presets import SWEEP_SEED
+from aogpt.experiments.sweep import Ladders, point_tag, run_flags
 from aogpt.report import spread, unpaired_interval
 
-SWEEP_SEED = 7  # none of presets.SEEDS: the sweep's runs are never reported seeds
 FREE = 0.02  # nats: "FIM for free" holds within this of the GPT
 # {arm: (label, kind, its train.py flags, its own objective: {reading: weight}, l2r and ao as train.py reads them)}
 FIM_ARMS = {
@@ -38,10 +38,6 @@ RULE = ("each arm's learning rate and dropout swept together in each regime on s
         'the second reporting): the GPT and the FIM GPT left to right (a '
         "FIM GPT's val windows are plain text), AO-GPT on the FIM mix its left-to-right share on val_l2r and the rest "
         'on val_ao (random orders), AO-GPT on l2r:0.5,fim:0.5, which reads no random order, left to right')
-
-
-def point_tag(point):
-    return f"lr{point['learning_rate']:g}-d{point['dropout']:g}"
 
 
 def fim_run(arm, regime, seed):
@@ -100,10 +96,14 @@ def arm_regimes(p):
     return list(itertools.product(p['fim']['arms'], p['fim']['regimes']))
 
 
+def ladders(p):
+    return Ladders(p['fim']['ladders'])
+
+
 def grid_runs(p, chosen):
     """The sweep's grid, {name: flags}: every arm in every regime at every point, on SWEEP_SEED."""
     return {sweep_run(arm, regime, pt): fim_flags(p, chosen, arm, regime, SWEEP_SEED, pt)
-            for arm, regime in arm_regimes(p) for pt in ladder_grid(p['fim']['ladders'])}
+            for arm, regime in arm_regimes(p) for pt in ladders(p).grid()}
 
 
 def selection_loss(arm, regime, p, records):
@@ -114,44 +114,28 @@ def selection_loss(arm, regime, p, records):
     return objective_loss(arm, records[-1])
 
 
-def swept_points(p, runs_dir, arm, regime):
-    """{point: loss} of the sweep runs of an arm in a regime that have finished, grid and edge steps."""
-    ladders, out = p['fim']['ladders'], {}
-    values = [[v for v in ladder if v is not None] for ladder in ladders.values()]
-    for combo in itertools.product(*values):
-        point = dict(zip(ladders, combo))
+def sweep_loss(p, runs_dir, arm, regime):
+    """point -> the selection loss of the arm's sweep run at that point in the regime, None before it has run."""
+    def loss(point):
         records = read_metrics(os.path.join(runs_dir, sweep_run(arm, regime, point)))
-        if records:
-            out[tuple(combo)] = selection_loss(arm, regime, p, records)
-    return out
-
-
-def winner(p, runs_dir, arm, regime):
-    losses = swept_points(p, runs_dir, arm, regime)
-    return dict(zip(p['fim']['ladders'], min(losses, key=losses.get)))
+        return selection_loss(arm, regime, p, records) if records else None
+    return loss
 
 
 def edge_runs(p, chosen, runs_dir):
     """The edge steps, {name: flags}: for each arm and regime whose grid winner sits on an edge, the point one step
-    past it (sweep.edge_points)."""
-    runs = {}
-    for arm, regime in arm_regimes(p):
-        losses = swept_points(p, runs_dir, arm, regime)
-        grid = [tuple(pt.values()) for pt in ladder_grid(p['fim']['ladders'])]
-        best = dict(zip(p['fim']['ladders'], min(grid, key=losses.get)))
-        runs |= {sweep_run(arm, regime, pt): fim_flags(p, chosen, arm, regime, SWEEP_SEED, pt)
-                 for pt in edge_points(p['fim']['ladders'], best)}
-    return runs
+    past it (sweep.Ladders)."""
+    return {sweep_run(arm, regime, pt): fim_flags(p, chosen, arm, regime, SWEEP_SEED, pt)
+            for arm, regime in arm_regimes(p) for pt in ladders(p).steps(sweep_loss(p, runs_dir, arm, regime))}
 
 
 def choose_points(p, chosen, runs_dir):
     """{(arm, regime): its winning point over the grid and the edge steps}."""
-    return {(arm, regime): winner(p, runs_dir, arm, regime) for arm, regime in arm_regimes(p)}
+    return {(arm, regime): ladders(p).winner(sweep_loss(p, runs_dir, arm, regime)) for arm, regime in arm_regimes(p)}
 
 
 def first_points(p, chosen):
-    first = ladder_grid(p['fim']['ladders'])[0]
-    return {(arm, regime): first for arm, regime in arm_regimes(p)}
+    return {(arm, regime): ladders(p).grid()[0] for arm, regime in arm_regimes(p)}
 
 
 def fim_runs(p, chosen, seed_list, points):

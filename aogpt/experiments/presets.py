@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 SEEDS = (1337, 1, 2, 3, 4)  # train.py's default first, then the README's other quick-start seeds
+SWEEP_SEED = 7  # the seed of a finding's own sweep (fim, scarce): none of SEEDS, so its runs are never reported seeds
 MIX = dict(order='mixed', random_ratio=0.9)  # the paper's 10% left-to-right
 
 
@@ -62,17 +63,18 @@ PRESETS = {
         # the runs rather than the winner after them)
         streams=dict(second_arms=('gpt', 'fim-mix', 'two')),
         # finding scarce: the same iterations on prefixes of the train split ((corpus, characters, arms), the main
-        # one first: the regularizers are swept there), about 80 and 20 epochs (the paper's mix on the main prefix
-        # only, for the budget); the gaps read in training (spans);
-        # the sweep's dropout, each alone and with one more regularizer; each best checkpoint's ensembles
+        # one first: the sweep runs there), about 80 and 20 epochs (the paper's mix on the main prefix only, for the
+        # budget); the gaps read in training (spans); the ladders of its sweep, the learning rate with the
+        # regularizers (the grid, with the step below and above it: sweep.Ladders); each best checkpoint's ensembles
         scarce=dict(train=dict(max_iters=4000, lr_decay_iters=4000, eval_interval=250),
                     prefixes=(('', 50_000, ('gpt', 'fim-mix', 'paper', 'encoder')),
                               ('', 200_000, ('gpt', 'fim-mix')), ('wikitext2_char', 50_000, ('gpt', 'fim-mix'))),
-                    spans=(1, 4, 16), dropout=(0.1, 0.3), extras=({}, dict(weight_decay=0.5), dict(input_mask=0.15)),
+                    spans=(1, 4, 16), ladders=dict(learning_rate=(1e-3, 3e-3, 1e-2, 3e-2),
+                                                   dropout=(0.0, 0.1, 0.3, 0.5), weight_decay=(0.0, 0.05, 0.5, 1.0)),
                     eval=dict(ensemble=16, max_chunks=100)),
         # finding fim: its arms (the FIM GPT at 0.9 left out first, for the budget), its regimes ({name: their
-        # train.py flags, eval: their own evaluation settings, best: it stops early}; a name without '-'), the ladders of its sweep (the
-        # grid, with the step below and above it); its evaluations: spans on chunks of `block` (the FIM GPT's 4 tokens
+        # train.py flags, eval: their own evaluation settings, best: it stops early}; a name without '-'), the
+        # ladders of its sweep (the grid, with the step below and above it); its evaluations: spans on chunks of `block` (the FIM GPT's 4 tokens
         # left free in 64), a range of lengths on chunks of range_block (and room for the range's 15 more); a
         # regime's `line`: single lines of up to that many characters too, read in the first line_chunks chunks (1 in
         # 20 chunks of 45 characters of Python holds a whole line of 1 to 16)
@@ -119,7 +121,8 @@ PRESETS = {
         streams=dict(second_arms=()),
         scarce=dict(train=dict(max_iters=30, lr_decay_iters=30, eval_interval=10),
                     prefixes=(('', 2_000, ('gpt', 'fim-mix', 'paper', 'encoder')),),
-                    spans=(1, 4), dropout=(0.1,), extras=({}, dict(input_mask=0.15)),
+                    spans=(1, 4), ladders=dict(learning_rate=(None, 1e-2, None), dropout=(None, 0.1, None),
+                                               weight_decay=(None, 0.05, 0.5, 1.0)),
                     eval=dict(ensemble=4, max_chunks=4, mc_samples=4)),
         fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'),
                  regimes={'play': {}, 'lines': dict(train=dict(batch_size=2, train_tokens=2000), best=True,

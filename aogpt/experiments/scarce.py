@@ -4,15 +4,15 @@ split (train.py --train_tokens: 50k and 200k characters of tiny Shakespeare, 50k
 same iterations, so the small prefixes repeat for many epochs; each keeps the checkpoint of its best evaluation
 (--keep_best: left to right for a decoder, the NELBO for the encoder, chosen on val.bin's first half) and is read on
 the second half. Arms: the GPT, AO-GPT on the FIM mix and on the paper's mix, the encoder, each at its kind's chosen
-settings; the regularizers (dropout, with weight decay 0.5 or input masking as a third setting) swept on the first
-seed and the main prefix by one rule for the GPT, the FIM mix (the paper's mix takes its choice) and the encoder: the
-lowest selection reading at its best evaluation wins. Claims at each prefix: AO-GPT's best left-to-right NLL against
+settings but for the learning rate, which is swept together with the regularizers (dropout, weight decay) on the main
+prefix, on a seed that is not reported (SWEEP_SEED), by one rule for the GPT, the FIM mix (the paper's mix takes its
+choice) and the encoder: a winner on the grid's edge gets one step past it (sweep.Ladders), and the lowest selection
+reading at its best evaluation wins; the reported seeds then train fresh at the winner. Claims at each prefix: AO-GPT's best left-to-right NLL against
 the tuned GPT's; its ensemble of 16 context orders against the GPT and against the mixture of the GPT's seeds; its
 gaps of 4 and 16 tokens given both sides against the GPT's from the left; the epoch of the best reading; and on the
 main prefix the encoder against AO-GPT (the architecture against the formulation). Crossover: the epochs of training
 after which AO-GPT's best so far is below the GPT's.
 """
-import itertools
 import math
 import os
 import statistics
@@ -21,9 +21,9 @@ from aogpt.experiments.finding import Finding, Sweep
 from aogpt.experiments.jobs import read_metrics, script_job
 from aogpt.experiments.measure import STUCK, claim
 from aogpt.experiments.orders import FIM_MIX
-from aogpt.experiments.presets import SEEDS
+from aogpt.experiments.presets import SWEEP_SEED
 from aogpt.experiments.readings import arm_of, corpus_file, corpus_title, said_on
-from aogpt.experiments.sweep import run_flags
+from aogpt.experiments.sweep import Ladders, point_tag, run_flags
 from aogpt.report import spread, unpaired_interval
 from aogpt.scoring import ensemble_slots
 
@@ -62,16 +62,8 @@ def selection(arm):
     return 'ao' if is_encoder(arm) else 'l2r'
 
 
-def sweep_points(s, arm):
-    """The regularizers' grid of an arm that is swept: each dropout with nothing more, with weight decay, and for a
-    decoder with input masking (the encoder's inputs are masked by its objective)."""
-    extras = [e for e in s['extras'] if not (is_encoder(arm) and 'input_mask' in e)]
-    return [dict(dropout=d) | e for d, e in itertools.product(s['dropout'], extras)]
-
-
-def point_tag(point):
-    short = {'dropout': 'd', 'weight_decay': 'wd', 'input_mask': 'mask'}
-    return '-'.join(f'{short[k]}{v:g}' for k, v in point.items())
+def ladders(p):
+    return Ladders(p['scarce']['ladders'])
 
 
 def scarce_run(arm, tokens, seed, corpus=''):
@@ -83,10 +75,10 @@ def sweep_run(arm, point):
 
 
 def scarce_flags(p, chosen, arm, seed, tokens, point, corpus=''):
-    """train.py's flags of one run: its kind's chosen settings, the finding's schedule, its orders and regularizers,
-    the prefix, and the best kept by its reading."""
+    """train.py's flags of one run: its kind's chosen settings at the point's learning rate (min_lr a tenth), the
+    finding's schedule, its orders and the point's regularizers, the prefix, and the best kept by its reading."""
     kind, s = SCARCE_ARMS[arm][1], p['scarce']
-    flags = run_flags(p, kind, chosen[kind][0], seed) | s['train']
+    flags = run_flags(p, kind, chosen[kind][0] | dict(learning_rate=point['learning_rate']), seed) | s['train']
     if ARM_ORDERS[arm]:
         del flags['random_ratio']
     return flags | ARM_ORDERS[arm] | point | dict(train_tokens=tokens, keep_best=selection(arm), eval_gaps=','.join(
@@ -99,10 +91,14 @@ def main_prefix(p):
 
 
 def sweep_runs(p, chosen):
-    """The regularizers' sweep, {name: flags}: each swept arm at each point, on the first seed and the main prefix."""
+    """The sweep's grid, {name: flags}: each swept arm at each point, on SWEEP_SEED and the main prefix."""
     corpus, tokens = main_prefix(p)
-    return {sweep_run(arm, pt): scarce_flags(p, chosen, arm, SEEDS[0], tokens, pt, corpus)
-            for arm in dict.fromkeys(SWEPT.values()) for pt in sweep_points(p['scarce'], arm)}
+    return {sweep_run(arm, pt): scarce_flags(p, chosen, arm, SWEEP_SEED, tokens, pt, corpus)
+            for arm in swept_arms() for pt in ladders(p).grid()}
+
+
+def swept_arms():
+    return list(dict.fromkeys(SWEPT.values()))
 
 
 def best_record(records, arm, reading=None):
@@ -110,18 +106,30 @@ def best_record(records, arm, reading=None):
     return min(records, key=lambda r: r[f'select_{reading or selection(arm)}'])
 
 
-def choose_points(p, runs_dir):
-    """{swept arm: the point of its lowest selection reading at its best evaluation}: its sweep run is its first
-    seed on the main prefix."""
-    def loss(arm, pt):
-        records = read_metrics(os.path.join(runs_dir, sweep_run(arm, pt)))
-        return best_record(records, arm)[f'select_{selection(arm)}']
-    return {arm: min(sweep_points(p['scarce'], arm), key=lambda pt: loss(arm, pt))
-            for arm in dict.fromkeys(SWEPT.values())}
+def sweep_loss(runs_dir, arm):
+    """point -> the lowest selection reading of the arm's sweep run there (at its best evaluation), None before it
+    has run."""
+    def loss(point):
+        records = read_metrics(os.path.join(runs_dir, sweep_run(arm, point)))
+        return best_record(records, arm)[f'select_{selection(arm)}'] if records else None
+    return loss
+
+
+def edge_runs(p, chosen, runs_dir):
+    """The edge steps, {name: flags}: for each swept arm whose grid winner sits on an edge, the point one step past
+    it."""
+    corpus, tokens = main_prefix(p)
+    return {sweep_run(arm, pt): scarce_flags(p, chosen, arm, SWEEP_SEED, tokens, pt, corpus)
+            for arm in swept_arms() for pt in ladders(p).steps(sweep_loss(runs_dir, arm))}
+
+
+def choose_points(p, chosen, runs_dir):
+    """{swept arm: its winning point over the grid and the edge steps}."""
+    return {arm: ladders(p).winner(sweep_loss(runs_dir, arm)) for arm in swept_arms()}
 
 
 def first_points(p, chosen):
-    return {arm: sweep_points(p['scarce'], arm)[0] for arm in dict.fromkeys(SWEPT.values())}
+    return {arm: ladders(p).grid()[0] for arm in swept_arms()}
 
 
 def scarce_corpora(p, seed_list):
@@ -273,5 +281,5 @@ FINDING = Finding('scarce', '(Ours) Data-constrained training: AO-GPT against a 
                   ('mixed', 'encoder', 'l2r'), lambda m, p, runs_dir: finding_scarce(m, p), runs=scarce_runs,
                   evaluations=evaluations, kind_seeds=False,
                   needs=('scarce', 'has no little-data prefixes: use --preset=cpu'), corpora=scarce_corpora,
-                  sweep=Sweep("finding scarce's sweep of the regularizers", sweep_runs,
-                              lambda p, chosen, runs_dir: choose_points(p, runs_dir), first_points))
+                  sweep=Sweep("finding scarce's sweep of the learning rate and the regularizers", sweep_runs,
+                              choose_points, first_points, more=edge_runs))

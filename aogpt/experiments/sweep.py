@@ -14,6 +14,7 @@ already planned (a sweep point, a kind's seed) is that run, not trained twice (s
 import itertools
 import json
 import os
+from dataclasses import dataclass
 
 from aogpt.experiments.jobs import read_metrics
 from aogpt.experiments.presets import KINDS, SEEDS
@@ -76,6 +77,37 @@ def edge_points(ladders, best):
         steps = ([ladder[0]] if i == 1 else []) + ([ladder[-1]] if i == len(ladder) - 2 else [])
         points += [best | {key: step} for step in steps if step is not None]
     return points
+
+
+@dataclass(frozen=True)
+class Ladders:
+    """The findings' protocol for one arm's own sweep (fim, scarce): the grid of its ladders (ladder_grid); the grid's
+    winner on an edge gets the step past it (edge_points); the lowest loss over the grid and the steps wins.
+    loss_of(point): the loss of the point's run, None before it has finished."""
+    ladders: dict
+
+    def grid(self):
+        return ladder_grid(self.ladders)
+
+    def steps(self, loss_of):
+        """The points past the edge from the grid's winner, [] until every grid run has finished."""
+        losses = [loss_of(point) for point in self.grid()]
+        if None in losses:
+            return []
+        return edge_points(self.ladders, self.grid()[losses.index(min(losses))])
+
+    def winner(self, loss_of):
+        """The point with the lowest loss among the grid's and its steps' finished runs (the first of a tie)."""
+        finished = [(loss_of(point), i, point) for i, point in enumerate(self.grid() + self.steps(loss_of))]
+        return min((row for row in finished if row[0] is not None), key=lambda row: row[:2])[2]
+
+
+SHORT = {'learning_rate': 'lr', 'dropout': 'd', 'weight_decay': 'wd', 'input_mask': 'mask'}
+
+
+def point_tag(point):
+    """A point's part of a run name: lr0.003-d0.1-wd0.5."""
+    return '-'.join(f'{SHORT[k]}{v:g}' for k, v in point.items())
 
 
 def same_runs(runs, planned):
