@@ -80,7 +80,10 @@ PRESETS = {
         # 20 chunks of 45 characters of Python holds a whole line of 1 to 16)
         fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'),
                  regimes={'play': {}, 'python': dict(train=dict(dataset='python_char'),
-                                                     eval=dict(line=16, line_chunks=2000))},
+                                                     eval=dict(line=16, line_chunks=2000)),
+                          # finding scarce's regime: tiny Shakespeare's first 50k characters for 4,000 iterations
+                          'little': dict(train=dict(train_tokens=50_000, max_iters=4000, lr_decay_iters=4000),
+                                         best=True)},
                  ladders=dict(learning_rate=(1e-3, 3e-3, 1e-2, 3e-2), dropout=(None, 0.0, 0.1, 0.2)),
                  eval=dict(spans=(4, 16), block=60, range=(1, 16), range_block=45, max_chunks=100)),
         gen=dict(steps='8,16,64', temperature='1.0,0.9,0.7', top_p='1.0,0.95,0.95', pair_settings=True,
