@@ -76,8 +76,8 @@ PRESETS = {
         # train.py flags, eval: their own evaluation settings, best: it stops early}; a name without '-'), the
         # ladders of its sweep (the grid, with the step below and above it); its evaluations: spans on chunks of `block` (the FIM GPT's 4 tokens
         # left free in 64), a range of lengths on chunks of range_block (and room for the range's 15 more); a
-        # regime's `line`: single lines of up to that many characters too, read in the first line_chunks chunks (1 in
-        # 20 chunks of 45 characters of Python holds a whole line of 1 to 16)
+        # regime's `line`: single lines of up to that many characters too, read in the first line_chunks chunks (53
+        # of the report half's first 2,000 chunks of 45 characters of Python hold a whole line of 1 to 16)
         fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'),
                  regimes={'play': {}, 'python': dict(train=dict(dataset='python_char'),
                                                      eval=dict(line=16, line_chunks=2000)),
