@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from .engine import (Forward, Sampling, confidence_scores, decoding_orders, make_engine, masked_forward, masking_times,
-                     sample_tokens, step_sizes)
+                     sample_tokens, shared_cache, shares_prompt, step_sizes)
 from .speculative import check_speculative, speculative
 
 SCHEDULES = ('linear', 'cosine')
@@ -75,7 +75,8 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     """Fill the unknown positions of x (B, T) in place; return x and the decoding order (B, n).
 
     known (T,) bool: the given tokens (the same positions in every row). They are read first, left
-    to right, in one forward with the first step; then the n unknown positions are decoded in
+    to right, in one forward with the first step (a decoder's rows that all hold the same ones read
+    them once, in one row, all but the last: shared_cache); then the n unknown positions are decoded in
     `steps` steps, chosen by `order` (see ORDERS; 'confidence' ranks by `confidence`;
     'ancestral' is `ancestral`, with reuse_forward). Tokens are drawn by `sampling`, from ids below
     n_tokens only if given (the ids past it pad the vocabulary table and have no text).
@@ -101,6 +102,9 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     sizes = step_sizes(masked.size(1), steps, schedule)
     engine = make_engine(model, B, T, compiled=order != 'confidence', sizes=sizes)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
+    if shares_prompt(engine, x, known):  # one row reads the prompt for all: the first step reads its last token
+        engine.start_from(shared_cache(model, x[:1].gather(1, positions[:1].clamp(min=0)), positions[:1]))
+        positions = positions[:, -1:]
     decoded = []
     for k in tqdm(sizes, disable=not progress, desc='steps'):
         candidates = masked if order == 'confidence' else masked[:, :k]

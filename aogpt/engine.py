@@ -65,6 +65,13 @@ class KVCache:
         m = m.view(-1, 1, 1) if torch.is_tensor(m) else m
         return ((t < 0) | (t == s) | ((s < m) & (t <= s)) | ((s >= width) & (t < m - 1))).unsqueeze(1)
 
+    def copy_rows(self, shared):
+        """Start every row with the committed slots of the one-row cache `shared` (shared_cache)."""
+        n = int(shared.lengths[0])
+        for mine, theirs in zip(self.k + self.v, shared.k + shared.v):
+            mine[:, :, :n] = theirs[:, :, :n]
+        self.lengths.fill_(n)
+
     def commit(self, counts, last=None):
         """Keep the first counts (an int, or (B,) per row) new slots of each row; with last (B,), row b
         keeps new slot counts-1+last[b] as its last, which picks after the forward the copy that goes on."""
@@ -73,6 +80,26 @@ class KVCache:
             for buf in self.k + self.v:
                 buf[self.rows, :, dst] = buf[self.rows, :, dst + last]
         self.lengths += counts
+
+
+def shared_cache(model, tokens, positions):
+    """A one-row KVCache of the slots every row of a batch shares, committed: tokens, positions (1, m + 1) a prompt's
+    start slot and known tokens, of which the first m are read, each predicting the next one's position. The last is
+    left to the rows' own first step: its target, the first position decoded, may differ between them."""
+    m = positions.size(1) - 1
+    cache = KVCache(model.config, 1, m, *cache_place(model))
+    if m:
+        model.forward_slots(tokens[:, :-1], positions[:, :-1], positions[:, 1:], cache,
+                            out_slots=torch.zeros(1, 1, dtype=torch.long, device=positions.device))
+        cache.commit(m)
+    return cache
+
+
+def shares_prompt(engine, x, known):
+    """Whether a decoder's rows x (B, T) hold the same known tokens (known (T,) bool), so that one row's read of them
+    serves all (Engine.start_from): two rows or more, and a known token; one host sync."""
+    return isinstance(engine, Engine) and x.size(0) > 1 and bool(known.any()) and \
+        bool((x[:, known] == x[:1, known]).all())
 
 
 def cache_place(model):
@@ -226,6 +253,11 @@ class Engine:
             tokens, positions, targets = pad(tokens, self.width, 0), pad(positions, self.width, -1), pad(targets, K, -1)
         logits = self.forward(tokens, positions, targets, torch.full((B,), m, device=positions.device), eager=eager)
         return logits[:, :k]
+
+    def start_from(self, shared):
+        """Begin every row with the slots of the one-row cache `shared` (shared_cache); the next step reads the rest."""
+        self.cache.copy_rows(shared)
+        self.length = int(shared.lengths[0])
 
     def accept(self, last=None):
         """Keep the last step's slots, with the copy of row b's last slot whose target is decoded

@@ -10,7 +10,7 @@ import math
 import torch
 
 from .decoding import generate
-from .engine import KVCache, cache_place, make_engine, sample_tokens
+from .engine import KVCache, cache_place, make_engine, sample_tokens, shared_cache
 from .fim import fim_prompt, sentinel_ids
 
 SLOTS_PER_PASS = 32768  # candidate rows x slots of one forward of the posterior: its memory, whatever the lengths
@@ -46,12 +46,9 @@ def length_logprobs(model, ids, known, at, lengths, n_tokens=None, context=None)
     x = torch.tensor(ids, device=device)
     before = [-1] + [i for i in range(at) if known[i]]  # the start slot first
     after = [i for i in range(at, len(ids)) if known[i]][:context]
-    shared = KVCache(model.config, 1, len(before), *cache_place(model))
-    if len(before) > 1:  # every slot but the last: its target, the first token after the gap, moves with L
-        pos = torch.tensor([before[:-1]], device=device)
-        model.forward_slots(x[pos.clamp(min=0)], pos, torch.tensor([before[1:]], device=device), shared,
-                            out_slots=torch.zeros(1, 1, dtype=torch.long, device=device))
-        shared.commit(len(before) - 1)
+    # every slot but the last: its target, the first token after the gap, moves with L
+    pos = torch.tensor([before], device=device)
+    shared = shared_cache(model, x[pos.clamp(min=0)], pos)
     if not after:  # nothing after the gap says how long it is
         return torch.full((len(lengths),), -math.log(len(lengths)), dtype=torch.float64, device=device)
     slots = min(SLOTS_PER_PASS, LOGITS_PER_PASS // model.config.vocab_size)
@@ -65,10 +62,7 @@ def suffix_logprobs(model, x, shared, last, after, lengths, n_tokens):
     """log p(the tokens at `after`, moved L on | the shared slots and the token at `last`) for each L of lengths."""
     B, device = len(lengths), x.device
     cache = KVCache(model.config, B, shared.slots + len(after), *cache_place(model))
-    n = int(shared.lengths[0])
-    for mine, theirs in zip(cache.k + cache.v, shared.k + shared.v):
-        mine[:, :, :n] = theirs[:, :, :n]
-    cache.lengths.fill_(n)
+    cache.copy_rows(shared)
     shift = torch.tensor(lengths, device=device).unsqueeze(1)
     moved = torch.tensor(after, device=device) + shift  # (B, S): where each known token after the gap sits
     positions = torch.cat([torch.full((B, 1), last, device=device), moved[:, :-1]], 1)
@@ -121,6 +115,9 @@ def fim_fill(model, prefix, suffix, n_tokens, lo, hi, count, sampling, generator
     engine = make_engine(model, count, len(prompt) + hi)
     tokens = torch.tensor([0] + prompt, device=device).expand(count, -1)
     positions = torch.arange(-1, len(prompt), device=device).expand(count, -1)
+    if count > 1:  # one row reads the prompt for all (as decoding.generate): the first step reads its last token
+        engine.start_from(shared_cache(model, tokens[:1], positions[:1]))
+        tokens, positions = tokens[:, -1:], positions[:, -1:]
     written = torch.zeros(count, 0, dtype=torch.long, device=device)
     ended = torch.zeros(count, dtype=torch.bool, device=device)
     for t in range(hi):

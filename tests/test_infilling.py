@@ -81,7 +81,8 @@ def slow_greedy_middle(model, prefix, suffix, lo, hi):
     row = fim_prompt(prefix, suffix, sentinel_ids(N))
     middle = []
     while len(middle) < hi:
-        logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])  # a slot that targets the next
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])  # a slot: the next token
         last = logits[0, len(row)]
         allowed = list(range(N)) + ([END] if len(middle) >= lo else [])
         token = max(allowed, key=lambda t: float(last[t]))
@@ -141,7 +142,8 @@ def test_the_fim_gpts_probability_is_its_greedy_decoders_and_a_full_forward():
     row = fim_prompt(prefix, suffix, sentinel_ids(N))
     want = 0.0
     for j, token in enumerate(middle + [END]):
-        logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])
         last = logits[0, len(row)]  # the slot of the row's last token, which targets the next position
         allowed = list(range(N)) + ([END] if j >= 1 else [])
         want += float(last[allowed].log_softmax(0)[allowed.index(token)])

@@ -36,16 +36,20 @@ def uncached_logits(model, x, prefix, candidates):
     return logits[:, P].view(B, R, -1)
 
 
-@pytest.mark.parametrize('prompt', ['none', 'prefix', 'infill'])
+# each row its own known tokens, or all the same ones (shared: one row reads them for all, engine.shared_cache)
+@pytest.mark.parametrize('prompt,rows', [('none', 'own'), ('prefix', 'own'), ('infill', 'own'), ('prefix', 'shared'),
+                                         ('infill', 'shared')])
 @pytest.mark.parametrize('order,confidence', [('random', None), ('l2r', None), ('confidence', 'maxprob'),
                                               ('confidence', 'entropy')])
 @pytest.mark.parametrize('steps,schedule', [(None, 'linear'), (4, 'linear'), (5, 'cosine')])
 @pytest.mark.parametrize('kind', DECODERS, ids=decoder_id)  # AO-GPT and sigma-GPT, each position encoding
-def test_cached_decoding_equals_uncached_forwards(kind, prompt, order, confidence, steps, schedule):
+def test_cached_decoding_equals_uncached_forwards(kind, prompt, rows, order, confidence, steps, schedule):
     model = tiny_model(**kind)
     known = torch.tensor(KNOWN[prompt])
     n = int((~known).sum())
     x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    if rows == 'shared':
+        x[:, known] = x[0, known]
     given = x[:, known].clone()
     steps = n if steps is None else steps
     record = []
