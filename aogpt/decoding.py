@@ -102,7 +102,7 @@ def generate(model, x, known, steps, sampling=Sampling(), *, schedule='linear', 
     sizes = step_sizes(masked.size(1), steps, schedule)
     engine = make_engine(model, B, T, compiled=order != 'confidence', sizes=sizes)
     positions = torch.cat([torch.full((B, 1), -1, device=x.device), given], 1)  # start slot, known tokens
-    if shares_prompt(engine, x, known):  # one row reads the prompt for all: the first step reads its last token
+    if shares_prompt(engine, x, given):  # one row reads the prompt for all: the first step reads its last token
         engine.start_from(shared_cache(model, x[:1].gather(1, positions[:1].clamp(min=0)), positions[:1]))
         positions = positions[:, -1:]
     decoded = []

@@ -95,11 +95,11 @@ def shared_cache(model, tokens, positions):
     return cache
 
 
-def shares_prompt(engine, x, known):
-    """Whether a decoder's rows x (B, T) hold the same known tokens (known (T,) bool), so that one row's read of them
-    serves all (Engine.start_from): two rows or more, and a known token; one host sync."""
-    return isinstance(engine, Engine) and x.size(0) > 1 and bool(known.any()) and \
-        bool((x[:, known] == x[:1, known]).all())
+def shares_prompt(engine, x, given):
+    """Whether a decoder's rows x (B, T) hold the same tokens at the known positions given (B, K), so that one row's
+    read of them serves all (Engine.start_from): two rows or more, and a known token; one host sync."""
+    return isinstance(engine, Engine) and x.size(0) > 1 and given.size(1) > 0 and \
+        bool((x.gather(1, given) == x[:1].gather(1, given[:1])).all())
 
 
 def cache_place(model):

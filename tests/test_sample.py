@@ -233,6 +233,21 @@ def test_ids_past_n_tokens_are_never_drawn(order):
     assert x.max() == 5
 
 
+@pytest.mark.parametrize('rows', ['own', 'shared'])
+def test_rows_with_the_same_prompt_read_it_once(monkeypatch, rows):
+    """generate's forwards: rows that all hold the same known tokens have one row read them but the last (the start
+    slot and 4 tokens), then each row its last known token; rows with their own read all of them each."""
+    model, known = tiny_model(), torch.tensor(KNOWN['prefix'])
+    x = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(0))
+    if rows == 'shared':
+        x[:, known] = x[0, known]
+    widths, forward = [], model.forward_slots
+    monkeypatch.setattr(model, 'forward_slots', lambda tokens, *a, **k: widths.append(tuple(tokens.shape)) or
+                        forward(tokens, *a, **k))
+    generate(model, x, known, int((~known).sum()), order='l2r')  # one token a step
+    assert widths[:2] == ([(1, 5), (3, 1)] if rows == 'shared' else [(3, 6), (3, 1)])
+
+
 def test_greedy_l2r_equals_argmax_of_full_forwards():
     model = tiny_model()
     x, _ = generate(model, torch.zeros(2, T, dtype=torch.long), torch.tensor(KNOWN['prefix']), 11,
