@@ -74,7 +74,9 @@ def stops_early(p, regime):
 def objective_flag(arm):
     """train.py's --keep_best of an arm's own objective: a reading ('l2r') or readings weighted ('l2r:0.1,ao:0.9')."""
     weights = FIM_ARMS[arm][3]
-    return next(iter(weights)) if list(weights.values()) == [1.0] else ','.join(f'{k}:{w:g}' for k, w in weights.items())
+    if list(weights.values()) == [1.0]:
+        return next(iter(weights))
+    return ','.join(f'{k}:{w:g}' for k, w in weights.items())
 
 
 def objective_loss(arm, record, half='val'):
@@ -171,7 +173,8 @@ def stuck_runs(m, p, regime, runs):
 def evaluations(p, seed_list, folders):
     """eval_ppl.py on each reported run, on the half of val that chose nothing: left to right (fim_l2r.json); gaps of
     given lengths (fim_gaps.json) and of unknown lengths (a range, a line), scored and filled with the length given
-    and not (fim_range.json, fim_line.json), on chunks that leave the FIM GPT's sentinels and the lengths room (fim_jobs)."""
+    and not (fim_range.json, fim_line.json), on chunks that leave the FIM GPT's sentinels and the lengths room
+    (fim_jobs)."""
     jobs = []
     for dataset, runs in fim_corpora(p, seed_list):
         for regime, name in [(fim_regime(n), n) for names in runs.values() for n in names]:

@@ -7,8 +7,8 @@ the second half. Arms: the GPT, AO-GPT on the FIM mix and on the paper's mix, th
 settings but for the learning rate, which is swept together with the regularizers (dropout, weight decay) on the main
 prefix, on a seed that is not reported (SWEEP_SEED), by one rule for the GPT, the FIM mix (the paper's mix takes its
 choice) and the encoder: a winner on the grid's edge gets one step past it (sweep.Ladders), and the lowest selection
-reading at its best evaluation wins; the reported seeds then train fresh at the winner. Claims at each prefix: AO-GPT's best left-to-right NLL against
-the tuned GPT's; its ensemble of 16 context orders against the GPT and against the mixture of the GPT's seeds; its
+reading at its best evaluation wins; the reported seeds then train fresh at the winner. Claims at each prefix:
+AO-GPT's best left-to-right NLL against the tuned GPT's; its ensemble of 16 context orders against the GPT and against the mixture of the GPT's seeds; its
 gaps of 4 and 16 tokens given both sides against the GPT's from the left; the epoch of the best reading; and on the
 main prefix the encoder against AO-GPT (the architecture against the formulation). Crossover: the epochs of training
 after which AO-GPT's best so far is below the GPT's.
