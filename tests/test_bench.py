@@ -96,13 +96,14 @@ def test_infill_times_the_posterior_and_the_fim_gpt_side_by_side(tmp_path, one_t
 def test_step_compares_eager_and_compiled(tmp_path, one_thread):
     out = run_script('bench.py', '--run=step', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
                      '--vocab_size=50', '--sample_block_size=16', '--sample_steps=16', '--step_tokens=8',
-                     '--step_batches=1,2', '--rounds=1', cwd=tmp_path).stdout
+                     '--step_batches=2', '--rounds=1', cwd=tmp_path).stdout
     lines = out.splitlines()
     rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith('model')) + 1:]]
-    # 'random model': eager and compiled ms a token, the speedup, the compile's first call
-    assert [r[2] for r in rows] == ['1', '2'] and all(r[5].endswith('x') and r[6].endswith('s') for r in rows), out
-    # speculative decoding compiled, auto's k: 8 for one row, 4 for a batch (50 tokens: a small vocabulary)
-    assert [r[8] for r in rows] == ['(k=8)', '(k=4)'] and all(r[9].endswith('x') for r in rows), out
+    # 'random model': eager and compiled ms a token, the speedup, the compile's first call (one batch size: each
+    # compiles its graphs again, and auto's k for each is test_speculative.py's)
+    assert [r[2] for r in rows] == ['2'] and all(r[5].endswith('x') and r[6].endswith('s') for r in rows), out
+    # speculative decoding compiled at auto's k, 4 for a batch (50 tokens: a small vocabulary)
+    assert [r[8] for r in rows] == ['(k=4)'] and all(r[9].endswith('x') for r in rows), out
 
 
 @pytest.mark.slow  # torch.compile
