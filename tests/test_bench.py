@@ -109,12 +109,12 @@ def test_step_compares_eager_and_compiled(tmp_path, one_thread):
 @pytest.mark.slow  # torch.compile
 def test_long_compares_eager_and_compiled_over_the_step_counts(tmp_path, one_thread):
     out = run_script('bench.py', '--run=long', '--n_layer=1', '--n_head=2', '--n_embd=16', '--cond_dim=8',
-                     '--vocab_size=50', '--sample_block_size=16', '--sample_steps=4,16', '--rounds=1',
+                     '--vocab_size=50', '--sample_block_size=16', '--sample_steps=16', '--rounds=1',
                      cwd=tmp_path).stdout
     lines = out.splitlines()
     rows = [line.split() for line in lines[next(i for i, line in enumerate(lines) if line.startswith('steps')) + 1:]]
-    # each step count: eager and compiled seconds, and their ratio
-    assert [r[0] for r in rows] == ['4', '16'] and all(r[1].endswith('s') and r[3].endswith('x') for r in rows), out
+    # the step count (one: each compiles its own graphs): eager and compiled seconds, and their ratio
+    assert [r[0] for r in rows] == ['16'] and all(r[1].endswith('s') and r[3].endswith('x') for r in rows), out
 
 
 @pytest.mark.slow

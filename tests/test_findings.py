@@ -1104,9 +1104,9 @@ def test_finding_fim_sweeps_steps_past_the_edge_and_reports_fresh_seeds(workdir,
             assert 'best.pt' in (out / 'runs' / f'fim-{arm}-lines-s{seed}' / 'fim_line.log').read_text()
     finding = next(f for f in json.loads((out / 'results.json').read_text())['findings'] if f['finding'] == 'fim')
     # the sweep; then per regime FIM for free and per AO-GPT arm the gaps given (span, range, line), the gaps unknown
-    # (range, line), 3 fills of each, the tax
-    assert len(finding['claims']) == 1 + (1 + 2 * (2 + 1 + 3 + 1)) + (1 + 2 * (3 + 2 + 6 + 1))
-    assert sum('single lines of up to 10 characters' in c['claim'] for c in finding['claims']) == 2 * (1 + 1 + 3)
+    # (range, line), 3 fills of each, the tax; then per FIM GPT and AO-GPT arm the gaps given against the GPT's left side
+    assert len(finding['claims']) == 1 + (1 + (2 + 1 + 3 + 1) + 2 * 2) + (1 + (3 + 2 + 6 + 1) + 2 * 3)
+    assert sum('single lines of up to 10 characters' in c['claim'] for c in finding['claims']) == (1 + 1 + 3) + 2
     for c in finding['claims'][1:]:
         interval = c['numbers']['effect [95% interval] (n)']
         assert interval['low'] <= interval['effect'] <= interval['high'] and interval['n'] == '2 vs 2 runs'

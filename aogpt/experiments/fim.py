@@ -228,6 +228,9 @@ CLAIMS = {
     'fills': "(Ours{on}) With the length unknown, {arm}'s greedy fills of {gap} beat the FIM GPT's at rate {rate} on "
              "{what} (effect: AO-GPT's share minus the FIM GPT's; each fill the most likely length, then the most "
              'likely token at each step).',
+    'left': "(Ours{on}) {arm} fills {gap}, their length given, better than the left-to-right GPT reads them from "
+            "their left side alone (effect: the GPT's NLL per gap character minus its own): what reading the right "
+            'side buys at this budget.',
     'tax': "(Ours{on}) {arm} reads left to right worse than the FIM GPT at rate {rate} (effect: AO-GPT's val NLL per "
            "character minus the FIM GPT's): the price of any order against the price of FIM.",
 }
@@ -282,6 +285,10 @@ def regime_results(m, p, regime):
                                  unpaired_interval(fill(a, u, 'greedy', key), fill(f, u, 'greedy', key)),
                                  stuck=stuck) for key in FILL_WHAT]
             claims.append(claim(said('tax', **text), {}, unpaired_interval(l2r(a), l2r(f)), stuck=stuck))
+    for arm in fims + aos:
+        claims += [claim(said('left', arm=label[arm], gap=gap_words(s)), {},
+                         unpaired_interval(gap('gpt', s, 'left'), gap(arm, s, column(arm))), stuck=stuck)
+                   for s in spans + unknown]
     lengths = [int(s.partition(':')[2]) for s in spans]
     figure = m.figure(f'ours_fim_{regime}.png', f'(Ours) Gaps of a given length, {regime}',
                       'gap (characters, one per val chunk)', 'NLL per gap character (nats)',

@@ -127,7 +127,7 @@ PRESETS = {
                     spans=(1, 4), ladders=dict(learning_rate=(None, 1e-2, None), dropout=(None, 0.1, None),
                                                weight_decay=(None, 0.05, 0.5, 1.0)),
                     eval=dict(ensemble=4, max_chunks=4, mc_samples=4)),
-        fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix', 'ao-l2r-fim'),
+        fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix'),  # one AO-GPT arm: the other's code is the same
                  regimes={'play': {}, 'lines': dict(train=dict(batch_size=2, train_tokens=2000), best=True,
                                                     eval=dict(line=10, range_block=22, max_chunks=8))},
                  ladders=dict(learning_rate=(None, 1e-2, None), dropout=(None, 0.0, 0.1)),
