@@ -41,7 +41,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=offline
 WORK=${WORK:-out-gpu-check}
 if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes on the CPU: every step runs, none of its figures mean anything
     SCALE=(--device=cpu --dtype=float32)
-    BLOCK=64
+    BLOCK=32
     RECIPE=(--n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16 --block_size=$BLOCK --vocab_size=512)
     TINY=(--device=cpu --dtype=float32 --compile=False --n_layer=2 --n_head=2 --n_embd=32 --cond_dim=16
           --block_size=$BLOCK --batch_size=4 --eval_iters=1 --log_interval=2)  # after each training's own flags
