@@ -79,6 +79,7 @@ from aogpt.common import (at_least, autocast, check_device, check_settings, find
                           peak_memory_mb, print_table, read_checkpoint, reset_peak_memory)
 from aogpt.decoding import generate, generate_many
 from aogpt.engine import Sampling, compile_decoding
+from aogpt.fim import PROMPT_SENTINELS, SENTINELS
 from aogpt.infilling import fill_gap, fim_fill, length_logprobs
 from aogpt.sampling import TOP_P_RULE, parse_list
 from aogpt.scoring import ensemble_logprobs, query_batches, random_context_orders, score_chunks
@@ -147,9 +148,10 @@ def check_inputs():
         'generate_tokens': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 2,
                             f'an int from 1 to sample_block_size - 2 ({sample_block_size - 2}): the prompt and a next '
                             f'position take the rest'),
-        'infill_cap': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 5,
-                       f'an int from 1 to sample_block_size - 5 ({sample_block_size - 5}): the sides (a token each '
-                       "at least) and the FIM GPT's 3 sentinels take the rest"),
+        'infill_cap': (lambda v: type(v) is int and 1 <= v <= sample_block_size - 2 - PROMPT_SENTINELS,
+                       f'an int from 1 to sample_block_size - {2 + PROMPT_SENTINELS} '
+                       f'({sample_block_size - 2 - PROMPT_SENTINELS}): the sides (a token each at least) and the FIM '
+                       f"GPT's {PROMPT_SENTINELS} sentinels take the rest"),
         'infill_context': at_least(1),
     }
     check_settings(globals(), {key: rule for key, rule in rules.items() if runs & set(READ_BY[key])})
@@ -542,8 +544,8 @@ def bench_infill():
     prompt (its end token held to that length: the same tokens written), the same network and weights."""
     torch.manual_seed(seed)
     T, cap = sample_block_size, infill_cap
-    model, n_tokens = build(T).eval(), min(vocab_size - 4, 50257)  # the FIM GPT's sentinels after the tokens
-    side = (T - cap - 3) // 2
+    model, n_tokens = build(T).eval(), min(vocab_size - len(SENTINELS), 50257)  # the FIM GPT's sentinels after them
+    side = (T - cap - PROMPT_SENTINELS) // 2
     ids = torch.randint(n_tokens, (2 * side,)).tolist()
     sampling, ctx = Sampling(), autocast(device, dtype)
     print(f'infill: {model.get_num_params() / 1e6:.1f}M params, block {T}, a gap of 1 to {cap} tokens between '

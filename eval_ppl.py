@@ -51,11 +51,16 @@ the NELBO bound exp(NELBO) ± its standard error: each chunk's NELBO estimated w
 share r of them scattered) drawn from the chunk's tokens, and its NLL per gap token given the rest of the chunk,
 as each model can read it: a decoder the rest first, then the gap left to right, in random orders and ensembles
 of them, and each gap token given all before it (left only: all that a left-to-right model or GPT-2 reads); the
-encoder the gap revealed left to right and its NELBO restricted to the gap (docs/evaluation.md).
+encoder the gap revealed left to right and its NELBO restricted to the gap (docs/evaluation.md). The FIM GPT
+(train.py --fim_rate) reads both sides in its prompt and writes the gap, its end token masked out (its length given).
+range:1-16 draws a span of 1 to 16 tokens per chunk and line:16 hides a whole line of up to 16 characters: their
+length is also scored as unknown, AO-GPT's from its length posterior and the FIM GPT's by its end token; --fills=
+greedy,sample also fills them, with the length given and not, and reports exact match, token accuracy and the
+length's error.
 
 Sets: wikitext2, wikitext103 (raw), ptb, lambada (OpenAI's jsonl), lm1b from the Hugging Face Hub /
-OpenAI's URL; each corpus of data/ (openwebtext, python, shakespeare, shakespeare_char, wikitext2_char) from its
-val.bin; --data_file=path
+OpenAI's URL; each corpus of data/ (openwebtext, python, python_char, shakespeare, shakespeare_char,
+wikitext2_char) from its val.bin; --data_file=path
 for a .txt (a row per line), .jsonl ({"text": ...} per line) or .bin (uint16 tokens) file.
 --data_dir reads the Hub sets from local copies instead (an offline mirror: wikitext-2-raw/wiki.test.raw,
 ptb/ptb.test.txt, lambada/lambada_test.jsonl, lm1b/news.en.heldout-00000-of-00050, ...); it defaults
@@ -72,6 +77,7 @@ import torch
 
 from aogpt.benchmarks import KNOWN, MAP_BATCH, MAP_SHARDS, PIPELINES, check_tokens, load_tokens, make_chunks, token_file
 from aogpt.checkpoints import checkpoint_tokens, is_fim_gpt, training_record
+from aogpt.fim import PROMPT_SENTINELS, SENTINELS
 from aogpt.common import (DTYPES, at_least, autocast, check_device, check_settings, default_device, find_checkpoint,
                           one_of, print_table, read_checkpoint, trained_block, write_json)
 from aogpt.scorers import is_hf_model, load_hf_causal_lm
@@ -203,7 +209,7 @@ def load_model(init_from, out_dir, device, use_ema):
             checkpoint_tokens(checkpoint, model.config.vocab_size), path, reads)
 
 
-FIM_EXTRA = 4  # a FIM GPT's row holds its chunk and 3 sentinels, then the end token
+FIM_EXTRA = len(SENTINELS)  # a FIM GPT's row holds its chunk and its prompt's sentinels, then the end token
 
 
 def widest_range(settings):
@@ -233,12 +239,20 @@ def line_ids(settings, vocab):
 
 
 def check_gap_room(n, model_block, settings, reads):
-    """One line where an n-token chunk leaves a model too little room: a FIM GPT's rows of n + FIM_EXTRA, AO-GPT's
-    suffix placed after a range's longest length."""
+    """One line where an n-token chunk leaves a model too little room: a FIM GPT's rows of n + FIM_EXTRA, its prompt
+    and a fill of a range's longest length (--fills), AO-GPT's suffix placed after that length; or where the FIM GPT
+    is given scattered gaps (it fills one gap between a prefix and a suffix)."""
     widest = widest_range(settings)
+    if reads == 'fim' and any(kind == 'scatter' for kind, _ in settings):
+        fail('--gaps=scatter: the FIM GPT fills one gap between a prefix and a suffix, not scattered positions: give '
+             'span, range or line gaps')
     if reads == 'fim' and n + FIM_EXTRA > model_block:
-        fail(f'--block_size={n}: the FIM GPT reads a chunk with {FIM_EXTRA} more tokens (3 sentinels, the end token) '
-             f'in its block of {model_block}: use at most {model_block - FIM_EXTRA}')
+        fail(f'--block_size={n}: the FIM GPT reads a chunk with {FIM_EXTRA} more tokens ({PROMPT_SENTINELS} '
+             f'sentinels, the end token) in its block of {model_block}: use at most {model_block - FIM_EXTRA}')
+    if reads == 'fim' and fills and widest is not None and n + PROMPT_SENTINELS + widest > model_block:
+        fail(f'--block_size={n}: with --fills the FIM GPT writes up to {widest} tokens more than the shortest gap of '
+             f'a range after its prompt ({PROMPT_SENTINELS} sentinels) in its block of {model_block}: use at most '
+             f'{model_block - PROMPT_SENTINELS - widest}')
     if reads == 'any' and widest is not None and n + widest > model_block:
         fail(f'--block_size={n}: a range gap whose length varies by {widest} has AO-GPT place the suffix up to '
              f'{widest} tokens further in its block of {model_block}: use at most {model_block - widest}')
@@ -250,6 +264,9 @@ def main(given=()):
     check_inputs(names)
     hf = is_hf_model(init_from)
     model, model_block, trained, model_tokens, source, reads = load_model(init_from, out_dir, device, use_ema)
+    if fills and (reads == 'l2r' or model.config.is_encoder):  # noted, not refused, as ENCODER_ONLY's keys below
+        print(f"note: --fills is ignored: {source} is {'an encoder' if reads == 'any' else 'a GPT trained left to right'}"
+              ', which fills no gap of unknown length (AO-GPT and the FIM GPT do)')
     asked = gap_settings_of(gaps)
     n = block_size or (gap_chunk_length(trained, asked, reads) if asked else trained)
     if n > model_block:
@@ -492,7 +509,8 @@ def report_gaps(results):
             for name, by_gap in results.items() for setting, r in by_gap.items()
             for how, f in r.get('fills', {}).items()]
     if rows:
-        print('fills of the gaps: exact match, character accuracy, the length right, mean |length error| (tokens)')
+        print('fills of the gaps: exact match, the share of tokens right (chars: characters at a character model), the '
+              'length right, mean |length error| (tokens)')
         print_table(['dataset', 'gap', 'fill', 'exact', 'chars', 'length', 'length error'], rows)
 
 

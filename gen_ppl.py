@@ -55,7 +55,8 @@ from aogpt.common import (autocast, check_settings, default_device, default_dtyp
                           hold_freed_memory, int_at_least, load_tokenizer, one_of, print_table, read_checkpoint,
                           read_jsonl, same_vocab, trained_block)
 from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_gap_fill,
-                            check_sampling, check_steps, decoding_order, parse_list, prompt_tokens, sampling_options)
+                            check_sampling, check_steps, decoding_order, parse_list, prompt_tokens, sampling_options,
+                            trained_gap_cap)
 from aogpt.scorers import load_scorer
 from configurator import fail
 from configurator import configure
@@ -168,11 +169,13 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points, at=None, fi
                   vocab=checkpoint_vocab(checkpoint, model.config.vocab_size),
                   known_positions=[i for i, k in enumerate(known) if k])  # the prompt's: not scored
     n_tokens = token_count(checkpoint, model.config.vocab_size)  # never the padding ids of a GPT-2 table
+    gap = at is not None or fim
+    cap = trained_gap_cap(model, ids, fim, gap_cap, trained_block(model, checkpoint)) if gap else None
 
     def draw(s, t, p, count, generator, stats=None):
         """[{record fields}] of count samples."""
         sampling, options = sampling_options(globals(), temperature=t, top_p=p)
-        if at is not None or fim:
+        if gap:
             return fills(sampling, {} if fim else {k: v for k, v in options.items() if k != 'speculate'}, count,
                          generator)
         rows = generate_many(model, ids, known, count, batch_size, s, sampling, ctx=autocast(device, dtype),
@@ -186,7 +189,7 @@ def sample_grid(model, checkpoint, path, decode, ids, known, points, at=None, fi
             try:
                 with autocast(device, dtype):
                     drawn = fill_gap(model, ids, known, at, min(batch_size, count - b), sampling, fim=fim,
-                                     cap=gap_cap, choice=gap_choice, context=gap_context, n_tokens=n_tokens,
+                                     cap=cap, choice=gap_choice, context=gap_context, n_tokens=n_tokens,
                                      generator=generator, **options)
             except ValueError as e:
                 fail(e)

@@ -38,7 +38,8 @@ from aogpt.checkpoints import is_fim_gpt, token_count
 from aogpt.common import (autocast, check_settings, default_device, default_dtype, find_checkpoint, hold_freed_memory,
                           int_at_least, load_tokenizer, optional_int, read_checkpoint, trained_block)
 from aogpt.sampling import (SAMPLING_SETTINGS, TEMPERATURE_RULE, TOP_P_RULE, check_decoding, check_gap_fill,
-                            check_sampling, check_steps, decoding_order, prompt_tokens, sampling_options)
+                            check_sampling, check_steps, decoding_order, prompt_tokens, sampling_options,
+                            trained_gap_cap)
 from configurator import configure, fail
 from aogpt.decoding import generate
 from aogpt.engine import compile_decoding
@@ -100,13 +101,14 @@ def fill_gaps(model, checkpoint, ids, known, at, fim, given, decode):
     """sample.py for a gap of no given length, or any gap of a FIM GPT (infilling.fill_gap): each sample with its
     gap's length, and for AO-GPT that length's probability."""
     check_gap_fill(fim, speculate, steps is not None, 'order' in given)
+    cap = trained_gap_cap(model, ids, fim, gap_cap, trained_block(model, checkpoint))
     if compile:
         compile_decoding(model, dtype)
     sampling, options = sampling_options(globals())
     options = {k: v for k, v in options.items() if k != 'speculate'}
     try:
         with autocast(device, dtype):
-            fills = fill_gap(model, ids, known, at, num_samples, sampling, fim=fim, cap=gap_cap, choice=gap_choice,
+            fills = fill_gap(model, ids, known, at, num_samples, sampling, fim=fim, cap=cap, choice=gap_choice,
                              context=gap_context,
                              n_tokens=token_count(checkpoint, model.config.vocab_size),
                              generator=torch.Generator(device).manual_seed(seed), **({} if fim else options))

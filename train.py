@@ -268,9 +268,9 @@ def model_inputs(x, order_mode, generator=None, shares=None, hide=0.0):
                  for t in inputs)
 
 
-def get_batch(split, order_mode, generator=None, shares=None, hide=0.0):
+def get_batch(split, order_mode, generator=None, shares=None, hide=0.0, fim=0.0):
     """Random windows of train.bin (its first train_size tokens), or of val.bin; with keep_best, 'select' and 'val'
-    read its halves (training.val_half)."""
+    read its halves (training.val_half). fim: the FIM GPT's rate (training only: every reading is of plain windows)."""
     # a fresh memmap per batch avoids a memory leak (numpy keeps pages of an old one alive)
     data = np.memmap(os.path.join(dataset_dir, f"{'train' if split == 'train' else 'val'}.bin"), dtype=np.uint16,
                      mode='r')
@@ -278,8 +278,8 @@ def get_batch(split, order_mode, generator=None, shares=None, hide=0.0):
         val_half(data, ('select' if split == 'select' else 'report') if keep_best else '')
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).tolist()
     x = torch.from_numpy(np.stack([data[i:i + block_size] for i in starts]).astype(np.int64))
-    if split == 'train' and fim_rate:  # a FIM GPT trains on rearranged windows, and is read on plain ones
-        x = fim_batch(x, fim_rate, data_size, generator)
+    if fim:
+        x = fim_batch(x, fim, data_size, generator)
     return model_inputs(x, order_mode, generator, shares, hide)
 
 
@@ -415,7 +415,7 @@ while not written_only:
     for micro_step in range(gradient_accumulation_steps):
         if ddp:  # all-reduce the gradients only once, on the last micro-step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        inputs = get_batch('train', order, shares=shares, hide=input_mask)
+        inputs = get_batch('train', order, shares=shares, hide=input_mask, fim=fim_rate)
         with ctx:
             _, loss = model(*inputs)
             loss = loss / gradient_accumulation_steps

@@ -13,6 +13,7 @@ last (a fixed place would teach where the row ends, not where the middle does).
 import torch
 
 SENTINELS = ('prefix', 'suffix', 'middle', 'end')  # their ids follow the tokens', in this order
+PROMPT_SENTINELS = len(SENTINELS) - 1  # a prompt holds all but the end token (fim_prompt), which follows the middle
 
 
 def sentinel_ids(n_tokens):

@@ -11,7 +11,7 @@ import torch
 
 from .decoding import generate
 from .engine import KVCache, cache_place, make_engine, sample_tokens, shared_cache
-from .fim import fim_prompt, sentinel_ids
+from .fim import PROMPT_SENTINELS, fim_prompt, sentinel_ids
 
 SLOTS_PER_PASS = 32768  # candidate rows x slots of one forward of the posterior: its memory, whatever the lengths
 LOGITS_PER_PASS = 2 ** 25  # and slots x vocabulary of its logits (128 MiB of float32), at GPT-2's 50,304 rows too
@@ -46,11 +46,11 @@ def length_logprobs(model, ids, known, at, lengths, n_tokens=None, context=None)
     x = torch.tensor(ids, device=device)
     before = [-1] + [i for i in range(at) if known[i]]  # the start slot first
     after = [i for i in range(at, len(ids)) if known[i]][:context]
+    if not after:  # nothing after the gap says how long it is
+        return torch.full((len(lengths),), -math.log(len(lengths)), dtype=torch.float64, device=device)
     # every slot but the last: its target, the first token after the gap, moves with L
     pos = torch.tensor([before], device=device)
     shared = shared_cache(model, x[pos.clamp(min=0)], pos)
-    if not after:  # nothing after the gap says how long it is
-        return torch.full((len(lengths),), -math.log(len(lengths)), dtype=torch.float64, device=device)
     slots = min(SLOTS_PER_PASS, LOGITS_PER_PASS // model.config.vocab_size)
     rows = max(1, slots // (len(after) + 1))
     scores = [suffix_logprobs(model, x, shared, before[-1], after, lengths[i:i + rows], n_tokens)
@@ -108,10 +108,11 @@ def fim_fill(model, prefix, suffix, n_tokens, lo, hi, count, sampling, generator
     device = next(model.parameters()).device
     end = sentinel_ids(n_tokens)['end']
     prompt = fim_prompt(prefix, suffix, sentinel_ids(n_tokens))
-    if len(prompt) + hi > model.config.block_size:
-        raise ValueError(f'a middle of up to {hi} tokens after a FIM prompt of {len(prompt)} (the sides and 3 '
-                         f'sentinels) does not fit block_size {model.config.block_size}: the cap is at most '
-                         f'{model.config.block_size - len(prompt)}')
+    block = model.config.block_size
+    if len(prompt) + hi > block:
+        raise ValueError(f'a middle of up to {hi} tokens after a FIM prompt of {len(prompt)} (the sides and '
+                         f'{PROMPT_SENTINELS} sentinels) does not fit block_size {block}: the cap is at most '
+                         f'{block - len(prompt)}')
     engine = make_engine(model, count, len(prompt) + hi)
     tokens = torch.tensor([0] + prompt, device=device).expand(count, -1)
     positions = torch.arange(-1, len(prompt), device=device).expand(count, -1)
@@ -149,10 +150,10 @@ def fim_sides(ids, known, at):
                      'one [MASK:n]) and known text around it')
 
 
-def gap_room(model, ids, fim):
-    """The longest gap a template of len(ids) tokens leaves room for: the block's rest (the FIM GPT's prompt also
-    holds 3 sentinels)."""
-    return model.config.block_size - len(ids) - 3 * fim
+def gap_room(block, ids, fim):
+    """The longest gap a template of len(ids) tokens leaves room for in a block: the rest (the FIM GPT's prompt also
+    holds its sentinels)."""
+    return block - len(ids) - PROMPT_SENTINELS * fim
 
 
 def fill_gap(model, ids, known, at, count, sampling, *, fim=False, n_tokens=None, cap=None, choice='sample',
@@ -160,20 +161,20 @@ def fill_gap(model, ids, known, at, count, sampling, *, fim=False, n_tokens=None
     """count fills of a template with a gap of no given length at `at` (cap: the longest tried, None: gap_room; context:
     the known tokens after it AO-GPT's posterior reads, None: all), or for the FIM GPT (fim) one gap of any kind:
     [(ids, known, L, p(L) or None)], the FIM GPT's with no probability."""
-    room = gap_room(model, ids, fim)
+    block = model.config.block_size
+    room = gap_room(block, ids, fim)
+    fit = f'the template of {len(ids)} tokens in block_size {block}' + \
+        (f" (with the FIM GPT's {PROMPT_SENTINELS} sentinels)" if fim else '')
     if room < 1:
-        raise ValueError(f'the template of {len(ids)} tokens leaves no room for a gap in block_size '
-                         f'{model.config.block_size}' + (" (with the FIM GPT's 3 sentinels)" if fim else ''))
+        raise ValueError(f'{fit} leaves no room for a gap')
     if cap is not None and not (type(cap) is int and 1 <= cap <= room):
-        raise ValueError(f'gap_cap={cap!r}: the longest gap tried is an int from 1 to the {room} tokens the template '
-                         f'of {len(ids)} leaves in block_size {model.config.block_size}' +
-                         (" (with the FIM GPT's 3 sentinels)" if fim else ''))
+        raise ValueError(f'gap_cap={cap!r}: the longest gap tried is an int from 1 to the {room} tokens that {fit} '
+                         'leaves')
     if context is not None and not (type(context) is int and context >= 1):
         raise ValueError(f'gap_context={context!r}: the known tokens after the gap that the length posterior reads is '
                          'an int >= 1, or None for all of them')
     cap = room if cap is None else cap
     if not fim:
-        check_lengths(model, ids, at, list(range(1, cap + 1)))
         return infill_unknown(model, ids, known, at, list(range(1, cap + 1)), count, choice, generator, n_tokens,
                               context, sampling=sampling, **options)
     prefix, suffix, lo, hi = fim_sides(ids, known, at)
@@ -183,11 +184,13 @@ def fill_gap(model, ids, known, at, count, sampling, *, fim=False, n_tokens=None
 
 
 @torch.no_grad()
-def fim_logprobs(model, gaps, n_tokens, lo, hi, batch_size=64):
+def fim_logprobs(model, gaps, n_tokens, lo, hi):
     """log p(middle | prefix, suffix) under the FIM GPT for each (prefix, middle, suffix) of gaps, its length known
     to lie in lo..hi, as fim_fill draws it: each middle token from the real tokens and the end token renormalised (the
     end token left out before lo tokens), then the end token (taken for sure at hi). lo = hi = len(middle): the length
-    given, the end token masked out at each step. Rows of one length share a forward: (len(gaps),), float64."""
+    given, the end token masked out at each step. Rows of one length share a forward, in batches of at most
+    SLOTS_PER_PASS slots and LOGITS_PER_PASS logits, and only the middles' slots go through the head: (len(gaps),),
+    float64."""
     device = next(model.parameters()).device
     ids = sentinel_ids(n_tokens)
     out = torch.empty(len(gaps), dtype=torch.float64)
@@ -196,26 +199,30 @@ def fim_logprobs(model, gaps, n_tokens, lo, hi, batch_size=64):
     for i, row in enumerate(rows):
         by_length.setdefault(len(row), []).append(i)
     for length, members in by_length.items():
-        for batch in [members[j:j + batch_size] for j in range(0, len(members), batch_size)]:
+        reads = max(len(gaps[i][1]) for i in members) + 1  # the slots read last: the longest middle's and its end's
+        size = max(1, min(SLOTS_PER_PASS // length, LOGITS_PER_PASS // (reads * model.config.vocab_size)))
+        for batch in [members[j:j + size] for j in range(0, len(members), size)]:
+            B = len(batch)
             x = torch.tensor([rows[i] for i in batch], device=device)
-            logits, _ = model(x, torch.arange(length, device=device).expand(len(batch), -1))
+            tokens = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=device), x[:, :-1]], 1)  # the start slot
+            positions = torch.arange(-1, length - 1, device=device).expand(B, -1)
+            out_slots = torch.arange(length - reads, length, device=device).expand(B, -1)  # slot j predicts token j
+            logits = model.forward_slots(tokens, positions, positions + 1, out_slots=out_slots)
             for r, i in enumerate(batch):
-                out[i] = middle_logprob(logits[r], rows[i], len(gaps[i][1]), n_tokens, lo, hi)
+                L = len(gaps[i][1])
+                out[i] = middle_logprob(logits[r, reads - L - 1:], x[r, length - L - 1:], n_tokens, lo, hi)
     return out
 
 
-def middle_logprob(logits, row, L, n_tokens, lo, hi):
-    """The sum over a FIM row's middle and end token of log p(token) among the real tokens and the end token (the
-    end left out before lo; the end at hi scored as sure): logits (len(row), V) of the row read left to right."""
-    end = sentinel_ids(n_tokens)['end']
-    start = len(row) - L - 1  # the middle's first token
-    steps = logits[start:len(row)].float()  # slot j predicts token j (slot 0: the start slot)
-    choices = torch.cat([steps[:, :n_tokens], steps[:, end:end + 1]], 1)
+def middle_logprob(logits, targets, n_tokens, lo, hi):
+    """The sum over a FIM row's middle and end token (targets, L + 1) of log p(token) among the real tokens and the
+    end token (the end left out before lo; the end at hi scored as sure): logits (L + 1, V) of the slots that predict
+    them, the row read left to right."""
+    L, end = len(targets) - 1, sentinel_ids(n_tokens)['end']
+    choices = torch.cat([logits[:, :n_tokens], logits[:, end:end + 1]], 1).float()
     choices[:min(lo, L + 1), -1] = -torch.inf
-    logp = choices.log_softmax(-1).double()
-    targets = [t if t != end else n_tokens for t in row[start:]]
-    total = sum(float(logp[j, t]) for j, t in enumerate(targets[:L]))
-    return total + (0.0 if L >= hi else float(logp[L, n_tokens]))
+    logp = choices.log_softmax(-1).double().gather(1, torch.where(targets == end, n_tokens, targets)[:, None])[:, 0]
+    return float(logp[:L].sum() + (0.0 if L >= hi else logp[L]))
 
 
 @torch.no_grad()

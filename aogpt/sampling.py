@@ -4,10 +4,11 @@ template) as token ids; the decoding order and steps a checkpoint's training all
 """
 import torch
 
-from aogpt.checkpoints import training_record
+from aogpt.checkpoints import is_fim_gpt, training_record
 from aogpt.common import check_device, check_settings, one_of, optional_int
 from aogpt.decoding import DECODING_RULES, check_order, check_speculation, decoding_steps
 from aogpt.engine import Sampling
+from aogpt.infilling import gap_room
 from aogpt.training import run_mix
 from configurator import fail, parse_infill, parse_number, rank
 
@@ -138,6 +139,22 @@ def check_gap_fill(fim, speculate, steps, order_given):
              (' left to right: drop --order, --steps and --speculate' if fim else ': drop --steps and --speculate'))
 
 
+def trained_gap_cap(model, ids, fim, gap_cap, trained):
+    """--gap_cap, or where it is not set and the run trained on a shorter block than its model reads (trained_block),
+    the room the template leaves in that block, said in a note (None: the model's block, infilling.fill_gap's
+    default): the positions past it were never trained."""
+    block = model.config.block_size
+    if gap_cap is not None or trained >= block:
+        return gap_cap
+    cap = gap_room(trained, ids, fim)
+    if cap < 1:
+        fail(f'the template of {len(ids)} tokens leaves no room for a gap in the {trained} tokens the checkpoint was '
+             f'trained on: set --gap_cap (its model reads up to {block})')
+    print(f'note: the checkpoint was trained on blocks of {trained} tokens (its model reads {block}): gaps of up to '
+          f'{cap} tokens are tried; --gap_cap sets the longest')
+    return cap
+
+
 def check_speculation_steps(steps, speculate, flag='--{}'):
     """engine.check_speculation for a script: fail if steps are given with speculative decoding."""
     try:
@@ -154,8 +171,9 @@ def decoding_order(order, given, checkpoint, model, infill):
         return order
     config = training_record(checkpoint)['config']
     if config.get('order') == 'l2r':
-        print('note: decoding left to right (order=l2r): the model was trained left to right only; --order sets '
-              'another')
+        fim = infill and is_fim_gpt(checkpoint)  # which writes its middle left to right, and takes no --order
+        print('note: decoding left to right (order=l2r): the model was trained left to right only' +
+              ('' if fim else '; --order sets another'))
         return 'l2r'
     mix = run_mix(config)
     if not infill or not mix or not mix['fim']:

@@ -487,7 +487,7 @@ def test_a_folders_log_likelihoods_are_its_networks_in_those_orders(any_order_me
     (lambda m, x, t: m.infill('a [MASK:\u0665] b [MASK:0]', t), '[MASK:\u0665], [MASK:0] in the infill template'),
     (lambda m, x, t: m.infill('a@ [MASK] \u00e9', t), "'@', '\u00e9': not among the 11 characters"),
     (lambda m, x, t: m.infill('a [MASK] b', t, gap_cap=0), 'gap_cap=0: the longest gap tried is an int from 1'),
-    (lambda m, x, t: m.infill('a [MASK] b', t, gap_cap=5), 'from 1 to the 4 tokens the template of 4 leaves'),
+    (lambda m, x, t: m.infill('a [MASK] b', t, gap_cap=5), 'from 1 to the 4 tokens that the template of 4 tokens in block_size 8 leaves'),
     (lambda m, x, t: m.infill('a [MASK] b', t, steps=2), 'written one token a step'),
     (lambda m, x, t: m.infill('a [MASK] b', t, gap_choice='best'), "gap_choice must be 'sample' or 'mode'"),
     (lambda m, x, t: m(x[:, :0]), 'input_ids of shape (2, 0) holds no tokens'),

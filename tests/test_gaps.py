@@ -300,10 +300,28 @@ def test_eval_ppl_reads_a_range_both_ways(workdir, char_ckpt, fim_ckpt):
 
 @pytest.mark.parametrize('args,named', [
     (('--gaps=range:1-8', '--block_size=32'), ('--block_size=32', 'at most 25')),
-    (('--gaps=span:4', '--block_size=32', 'fim'), ('--block_size=32', 'FIM GPT', 'at most 28'))])
+    (('--gaps=span:4', '--block_size=32', 'fim'), ('--block_size=32', 'FIM GPT', 'at most 28')),
+    # its prompt of 24 - 1 + 3 tokens, then up to 8: one more than the block
+    (('--gaps=range:1-8', '--fills=greedy', '--block_size=24', 'fim'), ('--block_size=24', 'with --fills', 'at most 22')),
+    (('--gaps=scatter:0.15', 'fim'), ('--gaps=scatter', 'one gap between a prefix and a suffix', 'span, range or line'))])
 def test_eval_ppl_gap_chunks_too_long_for_the_model(workdir, char_ckpt, fim_ckpt, args, named):
     out_dir = fim_ckpt if args[-1] == 'fim' else char_ckpt
-    says(one_line_error('eval_ppl.py', f'--out_dir={out_dir}', *args[:2], '--device=cpu', cwd=workdir), *named)
+    flags = [a for a in args if a != 'fim']
+    says(one_line_error('eval_ppl.py', f'--out_dir={out_dir}', *flags, '--device=cpu', cwd=workdir), *named)
+
+
+def test_eval_ppl_notes_fills_a_model_cannot_make(workdir, char_ckpt, mdm_ckpt):
+    """findings.py gives every arm's evaluation the same flags: --fills is noted as ignored, not refused, where a model
+    fills no gap of unknown length."""
+    checkpoint = torch.load(workdir / char_ckpt / 'ckpt.pt', weights_only=True)
+    checkpoint['config']['order'] = 'l2r'  # as train.py --order=l2r records it
+    torch.save(checkpoint, workdir / 'l2r-fills.pt')
+    for model, named in [(f'--out_dir={mdm_ckpt}', 'is an encoder'), ('--init_from=l2r-fills.pt', 'left to right')]:
+        result = run_script('eval_ppl.py', model, '--gaps=range:1-4', '--fills=greedy', '--max_chunks=2',
+                            '--device=cpu', '--out_json=fills.json', cwd=workdir)
+        assert 'note: --fills is ignored' in result.stdout and named in result.stdout
+        assert all('fills' not in r for r in json.loads((workdir / 'fills.json').read_text())['results'][
+            'shakespeare_char'].values())
 
 
 def test_a_line_gap_is_a_whole_non_blank_line_inside_the_chunk():

@@ -9,7 +9,8 @@ import torch
 from aogpt import infilling
 from aogpt.engine import Sampling
 from aogpt.fim import fim_prompt, sentinel_ids
-from aogpt.infilling import fill_gap, fill_scores, fim_fill, fim_logprobs, infill_middle, length_logprobs
+from aogpt.infilling import (fill_gap, fill_scores, fim_fill, fim_given_logprobs, fim_logprobs, infill_middle,
+                             length_logprobs)
 from configurator import parse_infill
 from conftest import DECODERS, TINY_BLOCK, decoder_id, slow_length_logprobs, tiny_model
 
@@ -120,7 +121,7 @@ def all_middles(L):
 def test_the_fim_gpts_length_given_probabilities_sum_to_one_over_every_middle(L):
     model = tiny_model(2)
     gaps = [([1, 2], m, [3]) for m in all_middles(L)]
-    total = fim_logprobs(model, gaps, N, L, L, batch_size=100).exp().sum()
+    total = fim_logprobs(model, gaps, N, L, L).exp().sum()
     assert abs(float(total) - 1) < 1e-6, float(total)
 
 
@@ -135,21 +136,34 @@ def test_the_fim_gpts_unknown_length_probabilities_sum_to_one_over_every_middle_
     assert all(0.05 < p < 0.9 for p in per_length), per_length
 
 
-def test_the_fim_gpts_probability_is_its_greedy_decoders_and_a_full_forward():
-    """The product of the decoder's renormalised step probabilities, from one full forward per step."""
-    model = tiny_model(4)
-    prefix, middle, suffix = [1], [2, 0], [3]
-    row = fim_prompt(prefix, suffix, sentinel_ids(N))
-    want = 0.0
-    for j, token in enumerate(middle + [END]):
+def slow_fim_logprob(model, prefix, middle, suffix, lo, hi):
+    """The product of the FIM GPT's renormalised step probabilities (the end token out before lo, sure at hi), from
+    one full forward per step."""
+    row, want = fim_prompt(prefix, suffix, sentinel_ids(N)), 0.0
+    for j, token in enumerate(middle + ([END] if len(middle) < hi else [])):
         with torch.no_grad():
             logits, _ = model(torch.tensor([row + [0]]), torch.arange(len(row) + 1)[None])
         last = logits[0, len(row)]  # the slot of the row's last token, which targets the next position
-        allowed = list(range(N)) + ([END] if j >= 1 else [])
+        allowed = list(range(N)) + ([END] if j >= lo else [])
         want += float(last[allowed].log_softmax(0)[allowed.index(token)])
         row = row + [token]
-    got = float(fim_logprobs(model, [(prefix, middle, suffix)], N, 1, 4)[0])
-    assert abs(got - want) < 1e-5
+    return want
+
+
+def test_the_fim_gpts_probability_is_its_greedy_decoders_and_a_full_forward(monkeypatch):
+    """Rows of one length whose middles differ in length (chunks of one size, as eval_ppl.py reads them), in passes of
+    two rows and a remainder of one, the length given and not."""
+    model = tiny_model(4)
+    gaps = [([1, 2, 0], [2], [3]), ([1], [2, 0, 1], [3]), ([1, 2], [2, 0], [3]), ([], [0, 1, 2, 2], [3]),
+            ([1, 0], [1, 1], [3])]
+    monkeypatch.setattr(infilling, 'SLOTS_PER_PASS', 2 * 9)  # every row: 5 tokens, 3 sentinels and the end
+    for lo, hi in [(1, 4), (1, 5)]:
+        got = fim_logprobs(model, gaps, N, lo, hi)
+        want = [slow_fim_logprob(model, p, m, s, lo, hi) for p, m, s in gaps]
+        assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=1e-5), (lo, hi)
+    given = fim_given_logprobs(model, gaps, N)
+    want = [slow_fim_logprob(model, p, m, s, len(m), len(m)) for p, m, s in gaps]
+    assert torch.allclose(given, torch.tensor(want, dtype=torch.float64), atol=1e-5)
 
 
 def slow_greedy_fill(model, prefix, suffix, L):

@@ -5,6 +5,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -675,6 +676,15 @@ def test_samples_and_chunks_fill_the_block_the_run_trained_on(workdir, short_tra
     assert [len(text) for text in samples(longer)] == [32]
     _, out = ppl_of(workdir, f'--init_from={short_trained}', '--dataset=shakespeare_char')
     assert 'chunks of 16; --block_size sets their length' in out
+    # a gap of no given length: up to what the template of 12 leaves in 16, unless --gap_cap says more
+    gap = ['--device=cpu', '--num_samples=4', '--infill=ROMEO: [MASK] lord']
+    out = output_of('sample.py', f'--init_from={short_trained}', *gap, cwd=workdir)
+    assert 'gaps of up to 4 tokens are tried; --gap_cap sets the longest' in out
+    assert all(1 <= int(L) <= 4 for L in re.findall(r'gap of (\d+) tokens', out)) and out.count('gap of') == 4
+    assert 'gaps of up to' not in output_of('sample.py', f'--init_from={short_trained}', *gap, '--gap_cap=10',
+                                            cwd=workdir)
+    says(one_line_error('sample.py', f'--init_from={short_trained}', '--device=cpu', '--infill=ROMEO: [MASK] my lord!',
+                        cwd=workdir), 'the template of 16 tokens', 'trained on', 'set --gap_cap')
     assert json.loads((workdir / 'ppl.json').read_text())['block_size'] == 16
 
 

@@ -129,7 +129,7 @@ PRESETS = {
                     eval=dict(ensemble=4, max_chunks=4, mc_samples=4)),
         fim=dict(arms=('gpt', 'fim50', 'ao-fim-mix'),  # one AO-GPT arm: the other's code is the same
                  regimes={'play': {}, 'lines': dict(train=dict(batch_size=2, train_tokens=2000), best=True,
-                                                    eval=dict(line=10, range_block=22, max_chunks=8))},
+                                                    eval=dict(line=10, range_block=20, max_chunks=8))},
                  ladders=dict(learning_rate=(None, 1e-2, None), dropout=(None, 0.0, 0.1)),
                  eval=dict(spans=(4,), block=28, range=(1, 4), range_block=25, max_chunks=4)),
         gen=dict(steps='4,32', temperature='1.0,0.7', top_p='1.0,0.95', pair_settings=True, num_samples=4,

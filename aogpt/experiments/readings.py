@@ -12,9 +12,9 @@ BOTH_SIDES = {'gpt': 'left', 'encoder': 'revealed'}  # what an arm reads of a ga
 
 
 def arm_of(name, arms):
-    """The arm among arms of a run of finding orders, adapt or streams, or None: orders-fim-mix-s1 and
-    adapt-fim-mix-w256-s1 are FIM mixes, streams-two-half-s1 is two streams at half the iterations (the longest arm
-    name that fits)."""
+    """The arm among arms of a run of a finding (the name after its finding's, then '-'), or None: orders-fim-mix-s1
+    and scarce-fim-mix-50k-s1 are FIM mixes, streams-two-half-s1 is two streams at half the iterations (the longest
+    arm name that fits)."""
     rest = name.partition('-')[2]
     return max((arm for arm in arms if rest.startswith(f'{arm}-')), key=len, default=None)
 

@@ -83,7 +83,8 @@ def edge_points(ladders, best):
 class Ladders:
     """The findings' protocol for one arm's own sweep (fim, scarce): the grid of its ladders (ladder_grid); the grid's
     winner on an edge gets the step past it (edge_points); the lowest loss over the grid and the steps wins.
-    loss_of(point): the loss of the point's run, None before it has finished."""
+    loss_of(point): the loss of the point's run, None before it has run; steps and winner are read once the grid's
+    runs are done (pipeline.train_and_evaluate)."""
     ladders: dict
 
     def grid(self):
