@@ -89,6 +89,19 @@ def test_a_fim_gpt_trains_records_its_rate_and_samples_no_sentinel(workdir, fim_
          "--fim_rate=0.9 is not the run's (0.5")
 
 
+def test_a_fim_gpts_readings_are_of_plain_windows(workdir, fim_ckpt):
+    """The FIM rate sets what a FIM GPT trains on, not what its evaluations read: train's and val's readings of one
+    checkpoint are the same at its rate and at 0 (rearranged train windows would also move val's, drawn after them
+    from the same generator)."""
+    def readings(rate):
+        out = run_script('train.py', '--dataset=shakespeare_char', *conftest.TINY_RUN, '--order=l2r',
+                         f'--fim_rate={rate}', '--eval_only=True', f'--init_from={fim_ckpt}/ckpt.pt',
+                         '--out_dir=out-fim-readings', cwd=workdir).stdout
+        return [line for line in out.splitlines() if 'EMA loss' in line]
+    at_its_rate = readings(0.5)
+    assert len(at_its_rate) == 1 and at_its_rate == readings(0.0)
+
+
 def test_bad_fim_settings_end_in_one_line(workdir):
     says(one_line_error('train.py', '--dataset=shakespeare_char', '--fim_rate=0.5', cwd=workdir),
          '--order=l2r', '--order=mixed', 'drop --fim_rate')
