@@ -488,14 +488,15 @@ def gap_orders(n, gap, n_random, seed):
 @torch.no_grad()
 def order_logprobs(model, x, orders, first, max_tokens):
     """log p(x[order_j] | x[order_<j]) of slots j = first.. of each order (E, n) under a decoder, exactly (each
-    order's joint of those tokens, the first `first` read before them): (E, n - first), on the CPU. Only the
-    scored slots go through the head."""
+    order's joint of those tokens, the first `first` read before them): (E, n - first), on the CPU. x: one chunk
+    (n,) read in every order, or a chunk per order (E, n). Only the scored slots go through the head."""
     device = next(model.parameters()).device
     E, n = orders.shape
-    out = []
-    for rows in orders.split(max(1, max_tokens // (n + 1 + (n - first) * HEAD_COST))):
-        rows = rows.to(device)
-        targets = x.to(device)[rows]
+    size = max(1, max_tokens // (n + 1 + (n - first) * HEAD_COST))
+    chunks, out = x.expand(E, -1), []
+    for at in range(0, E, size):
+        rows = orders[at:at + size].to(device)
+        targets = chunks[at:at + size].to(device).gather(1, rows)
         none = torch.full((len(rows), 1), -1, device=device)
         tokens = torch.cat([torch.zeros_like(none), targets], 1)
         slots = torch.arange(first, n, device=device).expand(len(rows), -1)

@@ -8,8 +8,7 @@ from fractions import Fraction
 
 import torch
 
-from aogpt.scoring import (chunk_gap, decoder_gap_logprobs, decoder_l2r_logprobs, encoder_l2r_logprobs,
-                           left_gap_logprobs)
+from aogpt.scoring import chunk_gap, encoder_l2r_logprobs, gap_orders, left_gap_logprobs, order_logprobs
 from configurator import fail, parse_number, rank
 
 ORDER_MODES = ('mixed', 'l2r', 'random', 'fixed_random', 'block_random')
@@ -368,31 +367,59 @@ def val_half(tokens, half):
 @torch.no_grad()
 def gap_losses(model, chunks, settings, ctx, group, stopped):
     """The val NLL per gap token of each eval_gaps setting given the rest of its chunk, as eval_ppl.py --gaps
-    reads it: a decoder's gap after the rest, left to right ('gap l2r'), and from the left side only ('_left');
-    the encoder's gap revealed left to right ('revealed l2r'). Read `group` chunks at a time; None as soon as
-    stopped() says so."""
+    reads it: a decoder's gap after the rest, left to right ('gap l2r'), and from the left side only ('_left', from
+    one left-to-right reading of the chunks for every setting); the encoder's gap revealed left to right ('revealed
+    l2r'). Read `group` chunks at a time; None as soon as stopped() says so."""
+    l2r = None
+    if not model.config.is_encoder:
+        l2r = left_to_right(model, chunks, ctx, group, stopped)
+        if l2r is None:
+            return None
     out = {}
     for kind, size in settings:
         gaps = [chunk_gap(x, kind, size, GAP_SEED) for x in chunks]
-        sums, name = {}, f'val_gap_{kind}{size:g}'
-        for at in range(0, len(chunks), group):
-            if stopped():
-                return None
-            x, gap = chunks[at:at + group], gaps[at:at + group]
-            for key, logp in gap_logprobs(model, x, gap, ctx).items():
-                sums[key] = sums.get(key, 0.0) - logp
-        n_tokens = sum(len(g) for g in gaps)
-        out |= {name + key: total / n_tokens for key, total in sums.items()}
+        both = gap_logprob(model, chunks, gaps, ctx, group, stopped)
+        if both is None:
+            return None
+        name, tokens = f'val_gap_{kind}{size:g}', sum(len(g) for g in gaps)
+        out[name] = -both / tokens
+        if l2r is not None:
+            out[name + '_left'] = -left_gap_logprobs(l2r, gaps).sum().item() / tokens
     return out
 
 
-def gap_logprobs(model, chunks, gaps, ctx):
-    """{'': the summed log p of the gaps given the rest, '_left' (a decoder's): given their left side only}."""
-    if model.config.is_encoder:
-        return {'': encoder_l2r_logprobs(model, chunks, GAP_MAX_TOKENS, ctx, gaps=gaps)[0].double().sum().item()}
-    both = decoder_gap_logprobs(model, chunks, gaps, 0, GAP_MAX_TOKENS, GAP_SEED, ctx)[:, 0]
-    l2r = torch.stack([decoder_l2r_logprobs(model, x.to(next(model.parameters()).device), ctx) for x in chunks])
-    return {'': both.sum().item(), '_left': left_gap_logprobs(l2r, gaps).sum().item()}
+def gap_logprob(model, chunks, gaps, ctx, group, stopped):
+    """The summed log p of the chunks' gaps given the rest: a decoder's rest read first, then the gap left to right
+    (the rows of a group whose gaps are as long in one forward); the encoder's gap revealed left to right. None as
+    soon as stopped() says so."""
+    n, total = chunks.size(1), 0.0
+    for at in range(0, len(chunks), group):
+        if stopped():
+            return None
+        x, gap = chunks[at:at + group], gaps[at:at + group]
+        if model.config.is_encoder:
+            total += encoder_l2r_logprobs(model, x, GAP_MAX_TOKENS, ctx, gaps=gap)[0].double().sum().item()
+            continue
+        for L in sorted({len(g) for g in gap}):
+            rows = [i for i, g in enumerate(gap) if len(g) == L]
+            orders = torch.stack([gap_orders(n, gap[i], 0, 0)[0] for i in rows])
+            with ctx:
+                total += order_logprobs(model, x[rows], orders, n - L, GAP_MAX_TOKENS).double().sum().item()
+    return total
+
+
+def left_to_right(model, chunks, ctx, group, stopped):
+    """log p(x_i | x_<i) of every token of every chunk (N, n) under a decoder, group chunks a forward where they fit
+    GAP_MAX_TOKENS; None as soon as stopped() says so."""
+    N, n = chunks.shape
+    out = []
+    for at in range(0, N, group):
+        if stopped():
+            return None
+        x = chunks[at:at + group]
+        with ctx:
+            out.append(order_logprobs(model, x, torch.arange(n).expand(len(x), -1), 0, GAP_MAX_TOKENS))
+    return torch.cat(out)
 
 
 def describe_losses(losses):
