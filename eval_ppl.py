@@ -288,7 +288,7 @@ def main(given=()):
         docs, data_tokens = load_tokens(name, split, data_dir, pipeline)
         docs = [val_half(doc, half) for doc in docs]  # a token file is one document: the val.bin --keep_best cut
         if half:
-            print(f'{name}: the {half} half of {text_read(name)[:-len(f", {half} half")]}' +
+            print(f'{name}: the {half} half of {token_file(name)}' +
                   (" (train.py --keep_best chose on the other)" if half == 'report' else ''))
         note = check_tokens(name, docs, data_tokens, model_tokens, n)
         if note:

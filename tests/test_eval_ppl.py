@@ -270,7 +270,9 @@ def test_each_half_reads_its_half_of_val_bin(workdir, char_ckpt, tmp_path):
         folder.mkdir()
         part.tofile(folder / 'val.bin')
         shutil.copy(workdir / 'data' / 'shakespeare_char' / 'meta.pkl', folder)
-        eval_ppl(workdir, *flags, '--dataset=shakespeare_char', f'--half={half}', f'--out_json={folder}/half.json')
+        said = eval_ppl(workdir, *flags, '--dataset=shakespeare_char', f'--half={half}',
+                        f'--out_json={folder}/half.json').stdout
+        assert f'shakespeare_char: the {half} half of data/shakespeare_char/val.bin' in said
         eval_ppl(workdir, *flags, f'--data_file={folder}/val.bin', f'--out_json={folder}/file.json')
         halved, whole = (json.loads((folder / f).read_text())['results'] for f in ('half.json', 'file.json'))
         assert halved['shakespeare_char']['chunk_nll'] == whole[f'{folder}/val.bin']['chunk_nll']
